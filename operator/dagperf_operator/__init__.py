@@ -1,0 +1,1 @@
+"""The dagperf Kubernetes operator (kopf): Benchmark resources to scheduler and worker pods."""

@@ -1,0 +1,5 @@
+import sys
+
+from dagperf.cli import main
+
+sys.exit(main())
