@@ -1,0 +1,31 @@
+"""Dataset formats and their loaders; each yields validated data for `dagperf.graph`."""
+
+from dagperf.dataset.dag_jsonl import (
+    Branch,
+    BranchMode,
+    DagConversation,
+    DagTurn,
+    conversation_branches,
+)
+from dagperf.dataset.loader import (
+    MAX_PROBLEMS,
+    DagDataset,
+    DatasetError,
+    Problem,
+    load_dag_jsonl,
+    read_dag_jsonl,
+)
+
+__all__ = [
+    "MAX_PROBLEMS",
+    "Branch",
+    "BranchMode",
+    "DagConversation",
+    "DagDataset",
+    "DagTurn",
+    "DatasetError",
+    "Problem",
+    "conversation_branches",
+    "load_dag_jsonl",
+    "read_dag_jsonl",
+]

@@ -1,0 +1,237 @@
+"""The dag_jsonl file format: one conversation per line, as strict pydantic models.
+
+A turn carries the fields that go on the wire (`messages`, `model`, `max_tokens`, `tools`, and
+`extra`, merged into the top level of the request body) and the structural fields the scheduler
+consumes (`forks`, `spawns`, `delay`), which never reach the server. Unknown keys are refused
+everywhere so a typo such as `max_token` fails the load instead of silently changing the run.
+
+These models check one line in isolation. Rules that need the whole file (targets exist, one FORK
+parent, no cycles, where a system message may sit) live in `rules.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    Tag,
+    field_validator,
+)
+
+SessionId = Annotated[str, Field(min_length=1, description="A conversation's session_id.")]
+
+
+def _entry_form(value: Any) -> str | None:
+    """Route a branch entry to its bare-string or object form; anything else is refused."""
+    if isinstance(value, str):
+        return "bare"
+    if isinstance(value, dict):
+        return "object"
+    return None
+
+
+class ForkEntry(BaseModel):
+    """Object form of a FORK entry; a bare string `"c"` means `{"child": "c"}`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    child: SessionId = Field(description="The conversation that continues this history.")
+    background: StrictBool = Field(
+        default=False,
+        description="Keep running the parent's remaining turns while the child runs. "
+        "Without it a FORK ends the parent, so it may sit only on the last turn.",
+    )
+
+
+class SpawnEntry(BaseModel):
+    """Object form of a SPAWN entry: children that start fresh, joined at `join_at`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    children: list[SessionId] = Field(min_length=1, description="Conversations to start fresh.")
+    join_at: StrictInt | None = Field(
+        default=None,
+        description="The parent turn that waits for these children to finish; the parent runs "
+        "the turns before it concurrently. Defaults to the turn after the spawning one.",
+    )
+
+
+ForkItem = Annotated[
+    Annotated[SessionId, Tag("bare")] | Annotated[ForkEntry, Tag("object")],
+    Discriminator(
+        _entry_form,
+        custom_error_type="fork_entry",
+        custom_error_message="a forks entry must be a session id string "
+        'or an object {"child": ..., "background": ...}',
+    ),
+]
+SpawnItem = Annotated[
+    Annotated[SessionId, Tag("bare")] | Annotated[SpawnEntry, Tag("object")],
+    Discriminator(
+        _entry_form,
+        custom_error_type="spawn_entry",
+        custom_error_message="a spawns entry must be a session id string "
+        'or an object {"children": [...], "join_at": ...}',
+    ),
+]
+#: Tags the discriminated unions above add to error locations; they are not keys in the file.
+UNION_TAGS = frozenset({"bare", "object"})
+
+
+class DagTurn(BaseModel):
+    """One turn: the request it sends and the branches it starts when it completes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="Messages appended to the session's history and sent; each needs a 'role'.",
+    )
+    model: str | None = Field(default=None, min_length=1, description="Per-turn model override.")
+    max_tokens: int | None = Field(default=None, description="Maximum completion tokens.")
+    tools: list[dict[str, Any]] | None = Field(default=None, description="Tool definitions.")
+    extra: dict[str, Any] | None = Field(
+        default=None,
+        description="Any other body field (temperature, ignore_eos, ...), merged into the top "
+        "level of the request body.",
+    )
+    forks: list[ForkItem] = Field(
+        default_factory=list, description="Children that continue this turn's full history."
+    )
+    spawns: list[SpawnItem] = Field(
+        default_factory=list, description="Children that start from an empty history."
+    )
+    delay: StrictFloat = Field(
+        default=0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="Milliseconds to wait, once the turn is ready, before sending it.",
+    )
+
+    @field_validator("messages")
+    @classmethod
+    def _each_message_has_a_role(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, message in enumerate(messages):
+            role = message.get("role")
+            if not isinstance(role, str) or not role:
+                raise ValueError(
+                    f"each message must have a 'role' string, but message at index {index} "
+                    + ("does not" if role is None else f"has role {role!r}")
+                )
+        return messages
+
+    @field_validator("max_tokens", mode="before")
+    @classmethod
+    def _max_tokens_is_a_positive_integer(cls, value: Any) -> Any:
+        # bool is an int in Python: `"max_tokens": true` would silently become a 1-token reply.
+        if value is None:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be a positive integer, got {value!r}")
+        if value < 1:
+            raise ValueError(f"must be a positive integer, got {value}")
+        return value
+
+    @field_validator("extra")
+    @classmethod
+    def _extra_keeps_the_history(cls, extra: dict[str, Any] | None) -> dict[str, Any] | None:
+        if extra and "messages" in extra:
+            raise ValueError("may not set 'messages': it would replace the conversation history")
+        return extra
+
+
+class DagConversation(BaseModel):
+    """One line of the file: a session with ordered turns."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    session_id: SessionId = Field(description="Unique across the file.")
+    turns: list[DagTurn] = Field(min_length=1, description="Ordered turns, at least one.")
+    pre_session_spawns: list[SessionId] = Field(
+        default_factory=list,
+        description="Fire-and-forget SPAWN children sent before this conversation's turn 0.",
+    )
+
+
+class BranchMode(StrEnum):
+    FORK = "fork"
+    SPAWN = "spawn"
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One branch as the file means it: children started together from one point of a parent.
+
+    Bare strings of one kind on one turn collapse into a single branch; each SPAWN object is a
+    branch of its own. `branch_id` is `<session>:<turn>`, suffixed (`:fork`, `:bg_fork`,
+    `:spawn`, `:spawn1`, ...) only when several branches share the turn, and `<session>:pre`
+    for pre-session spawns.
+    """
+
+    branch_id: str
+    mode: BranchMode
+    children: tuple[str, ...]
+    turn: int | None  # the spawning turn; None for pre-session spawns (sent before turn 0)
+    join_at: int | None  # the parent turn that waits for the children; None when nothing waits
+    background: bool = False
+
+
+def conversation_branches(conv: DagConversation) -> list[Branch]:
+    """Every branch a conversation declares, pre-session spawns first, then turn by turn."""
+    sid = conv.session_id
+    out = []
+    if conv.pre_session_spawns:
+        out.append(
+            Branch(f"{sid}:pre", BranchMode.SPAWN, tuple(conv.pre_session_spawns), None, None)
+        )
+    last = len(conv.turns) - 1
+    for k, turn in enumerate(conv.turns):
+        if not turn.forks and not turn.spawns:
+            continue
+        foreground = [f if isinstance(f, str) else f.child for f in turn.forks if _is_fg(f)]
+        background = [f.child for f in turn.forks if not _is_fg(f)]
+        groups = _spawn_groups(turn.spawns, k)
+        shared = (len(groups) + bool(foreground) + bool(background)) > 1
+        if foreground:
+            bid = f"{sid}:{k}:fork" if shared else f"{sid}:{k}"
+            out.append(Branch(bid, BranchMode.FORK, tuple(foreground), k, None))
+        if background:
+            bid = f"{sid}:{k}:bg_fork" if shared else f"{sid}:{k}"
+            out.append(Branch(bid, BranchMode.FORK, tuple(background), k, None, background=True))
+        for g, (children, join_at) in enumerate(groups):
+            bid = (f"{sid}:{k}:spawn" + (str(g) if g else "")) if shared else f"{sid}:{k}"
+            # A bare SPAWN on the last turn has no turn to join: it is fire-and-forget.
+            gate = join_at if join_at <= last else None
+            out.append(Branch(bid, BranchMode.SPAWN, tuple(children), k, gate))
+    return out
+
+
+def _is_fg(entry: str | ForkEntry) -> bool:
+    return isinstance(entry, str) or not entry.background
+
+
+def _spawn_groups(entries: list[str | SpawnEntry], turn: int) -> list[tuple[list[str], int]]:
+    """Consecutive bare strings form one group joined on the next turn; objects stand alone."""
+    groups: list[tuple[list[str], int]] = []
+    bare: list[str] = []
+    for entry in entries:
+        if isinstance(entry, str):
+            bare.append(entry)
+            continue
+        if bare:
+            groups.append((bare, turn + 1))
+            bare = []
+        join_at = turn + 1 if entry.join_at is None else entry.join_at
+        groups.append((list(entry.children), join_at))
+    if bare:
+        groups.append((bare, turn + 1))
+    return groups

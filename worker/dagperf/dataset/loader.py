@@ -1,0 +1,194 @@
+"""Read a dag_jsonl file into validated conversations, or refuse it with every problem at once.
+
+Lines are streamed: nothing but the parsed models is kept, so a file of a million conversations
+costs its models and no more. Each line is parsed by pydantic's Rust JSON validator in one step
+(the fast path); only a line that fails is parsed a second time, to recover its session_id for
+the message. Problems are collected rather than raised, up to `MAX_PROBLEMS`, because a user
+fixing a generated file wants the whole list, not one error per run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from dagperf.dataset.dag_jsonl import UNION_TAGS, Branch, DagConversation, conversation_branches
+from dagperf.dataset.rules import conversation_problems, file_problems
+from dagperf.gcpause import gc_paused
+
+MAX_PROBLEMS = 100
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a dataset, located by file and line."""
+
+    source: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}: {self.message}" if self.line else self.short()
+
+    def short(self) -> str:
+        """The form without the file name, as `line N: message`."""
+        return (
+            f"line {self.line}: {self.message}" if self.line else f"{self.source}: {self.message}"
+        )
+
+
+class DatasetError(Exception):
+    """A dataset that cannot be run; `problems` lists every reason found, in line order."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+@dataclass
+class DagDataset:
+    """A validated dag_jsonl file: conversations in file order, the line each came from, and
+    the branches each declares."""
+
+    source: str
+    conversations: dict[str, DagConversation]
+    lines: dict[str, int]
+    branches: dict[str, list[Branch]]
+    roots: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        referenced = {
+            child for branches in self.branches.values() for b in branches for child in b.children
+        }
+        self.roots = [sid for sid in self.conversations if sid not in referenced]
+
+
+def load_dag_jsonl(path: str | Path) -> DagDataset:
+    """Load a file (plain or gzip-compressed); raise `DatasetError` if it cannot be run."""
+    source = str(path)
+    try:
+        with open(path, "rb") as f:
+            compressed = f.read(2) == _GZIP_MAGIC
+        opener = gzip.open if compressed else open
+        with opener(path, "rb") as f:
+            return read_dag_jsonl(f, source)
+    except OSError as e:  # missing, a directory, unreadable, or a corrupt gzip stream
+        raise DatasetError([Problem(source, None, f"cannot read: {e.strerror or e}")]) from None
+    except EOFError:
+        raise DatasetError([Problem(source, None, "cannot read: truncated gzip stream")]) from None
+
+
+def read_dag_jsonl(lines: Iterable[bytes], source: str) -> DagDataset:
+    """Validate dag_jsonl content given as byte lines; `source` names it in messages."""
+    with gc_paused():
+        return _read(lines, source)
+
+
+def _read(lines: Iterable[bytes], source: str) -> DagDataset:
+    problems: list[Problem] = []
+    conversations: dict[str, DagConversation] = {}
+    line_of: dict[str, int] = {}
+    branches: dict[str, list[Branch]] = {}
+    unparsed: set[str] = set()
+    seen_a_line = False
+
+    def report(line: int | None, message: str) -> None:
+        problems.append(Problem(source, line, message))
+
+    for lineno, raw in enumerate(lines, start=1):
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]  # a UTF-8 byte-order mark, as spreadsheet exports write
+        raw = raw.strip()
+        if not raw:
+            continue
+        seen_a_line = True
+        try:
+            conv = DagConversation.model_validate_json(raw)
+        except ValidationError as e:
+            sid = _session_id_of(raw)
+            if sid is not None:
+                unparsed.add(sid)
+            for message in _describe(e, raw, sid):
+                report(lineno, message)
+        else:
+            sid = conv.session_id
+            if sid in conversations:
+                report(
+                    lineno, f"duplicate session_id '{sid}' (first declared on line {line_of[sid]})"
+                )
+            else:
+                conversations[sid] = conv
+                line_of[sid] = lineno
+                branches[sid] = conversation_branches(conv)
+                for message in conversation_problems(conv):
+                    report(lineno, message)
+        if len(problems) >= MAX_PROBLEMS:
+            del problems[MAX_PROBLEMS:]
+            report(
+                lineno,
+                f"too many problems: stopped reading here after {MAX_PROBLEMS}; fix these and "
+                "validate again",
+            )
+            raise DatasetError(problems)
+
+    if not seen_a_line:
+        report(None, "empty file: a dag_jsonl file needs at least one conversation line")
+    # Whole-file rules still run when lines failed, so one pass shows everything; references to
+    # a failed line's session are not reported as undeclared, since the line has its own error.
+    tail = sorted(file_problems(conversations, branches, line_of, unparsed), key=lambda p: p[0])
+    for lineno, message in tail[: max(0, MAX_PROBLEMS - len(problems))]:
+        report(lineno, message)
+    if problems:
+        problems.sort(key=lambda p: p.line or 0)
+        raise DatasetError(problems)
+    return DagDataset(source, conversations, line_of, branches)
+
+
+def _session_id_of(raw: bytes) -> str | None:
+    try:
+        obj = json.loads(raw)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        return None
+    sid = obj.get("session_id") if isinstance(obj, dict) else None
+    return sid if isinstance(sid, str) and sid else None
+
+
+def _describe(error: ValidationError, raw: bytes, sid: str | None) -> Iterator[str]:
+    """Render pydantic's errors as `path: what is wrong`, naming the session when known."""
+    suffix = f" (session '{sid}')" if sid else ""
+    for err in error.errors(include_url=False):
+        loc = [part for i, part in enumerate(err["loc"]) if not _is_union_tag(err["loc"], i)]
+        kind = err["type"]
+        if kind == "json_invalid":
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                byte = raw[e.start]
+                yield f"invalid JSON: not UTF-8 text (byte 0x{byte:02x} at offset {e.start})"
+            else:
+                yield f"invalid JSON: {err['msg'].removeprefix('Invalid JSON: ')}"
+        elif not loc and kind == "model_type":
+            yield (
+                "expected a JSON object (one conversation per line), "
+                f"got {_json_type(err.get('input'))}"
+            )
+        else:
+            path = ".".join(str(part) for part in loc)
+            message = err["msg"].removeprefix("Value error, ")
+            yield f"{path}: {message}{suffix}" if path else f"{message}{suffix}"
+
+
+def _is_union_tag(loc: tuple[Any, ...], i: int) -> bool:
+    return loc[i] in UNION_TAGS and i > 0 and isinstance(loc[i - 1], int)
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
