@@ -1,0 +1,176 @@
+"""Compile a validated dag_jsonl dataset into request trees.
+
+Each root conversation is expanded breadth-first into the sessions it starts, following its
+branches, and every branch becomes edges:
+
+- FORK: the child's turn 0 depends on the forking turn and takes it as history parent; the
+  child routes with the parent. No join: a bare FORK ends the parent, a background one does not
+  wait for it.
+- SPAWN: the child's turn 0 depends on the spawning turn, starts a fresh history and routes by
+  itself; the parent's `join_at` turn depends on the child's last turn (several branches may gate
+  one turn: fan-in). A bare SPAWN on the last turn gates nothing (fire-and-forget).
+- pre-session SPAWN: the child depends on what the spawning session's turn 0 depends on, so it
+  is released with it and sent first; it has no parent and gates nothing.
+
+Expansion duplicates SPAWN templates that several parents reference, so a file can describe far
+more requests than it has lines; `max_tree_requests` turns a runaway expansion into a clear error.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from dagperf.dataset.dag_jsonl import Branch, BranchMode, DagConversation
+from dagperf.dataset.loader import DagDataset, DatasetError, Problem
+from dagperf.gcpause import gc_paused
+from dagperf.graph.model import Node, Payload, RequestGraph, Session, SessionKind, Tree
+
+MAX_TREE_REQUESTS = 1_000_000
+
+
+def compile_dag_jsonl(
+    dataset: DagDataset, max_tree_requests: int = MAX_TREE_REQUESTS
+) -> RequestGraph:
+    with gc_paused():
+        return _compile(dataset, max_tree_requests)
+
+
+def _compile(dataset: DagDataset, max_tree_requests: int) -> RequestGraph:
+    templates = {
+        sid: _Template(conv, dataset.branches[sid]) for sid, conv in dataset.conversations.items()
+    }
+    trees = []
+    for root in dataset.roots:
+        try:
+            trees.append(_expand(root, templates, max_tree_requests))
+        except _TooLarge:
+            message = (
+                f"session '{root}' expands to more than {max_tree_requests:,} requests per run "
+                "(SPAWN targets referenced by several parents are sent once per reference)"
+            )
+            raise DatasetError([Problem(dataset.source, dataset.lines[root], message)]) from None
+    return RequestGraph(dataset.source, tuple(trees))
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Template:
+    """What every instance of one conversation shares: payloads, delays and branches."""
+
+    __slots__ = ("branches", "delays", "payloads")
+
+    def __init__(self, conv: DagConversation, branches: list[Branch]):
+        self.payloads = tuple(
+            Payload(t.messages, t.model, t.max_tokens, t.tools, t.extra) for t in conv.turns
+        )
+        self.delays = tuple(t.delay / 1000.0 for t in conv.turns)
+        self.branches = branches
+
+
+@dataclass(slots=True)
+class _Start:
+    """A session waiting to be laid out, with the edges its parent gives it."""
+
+    conversation_id: str
+    kind: SessionKind
+    branch_id: str | None
+    parent: int | None
+    depth: int
+    route: int | None  # None: route by itself
+    trigger: tuple[int, ...]  # what its turn 0 depends on
+    history: int | None  # its turn 0's history parent
+    join: int | None  # the parent node that waits for its last turn
+    pre_session: bool = False
+
+
+@dataclass(slots=True)
+class _Draft:
+    session: int
+    turn: int
+    deps: list[int]
+    history: int | None
+    joins: list[str] = field(default_factory=list)
+
+
+def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
+    sessions: list[Session] = []
+    drafts: list[_Draft] = []
+    sent_first: set[int] = set()  # turn 0 of pre-session spawns: sent before their siblings
+    queue = deque([_Start(root, SessionKind.ROOT, None, None, 0, None, (), None, None)])
+    while queue:
+        start = queue.popleft()
+        template = templates[start.conversation_id]
+        s, first, n = len(sessions), len(drafts), len(template.payloads)
+        if first + n > limit:
+            raise _TooLarge
+        route = s if start.route is None else start.route
+        sessions.append(
+            Session(
+                start.conversation_id,
+                start.kind,
+                start.branch_id,
+                start.parent,
+                start.depth,
+                route,
+                first,
+                n,
+            )
+        )
+        drafts.append(_Draft(s, 0, list(start.trigger), start.history))
+        drafts.extend(_Draft(s, k, [first + k - 1], first + k - 1) for k in range(1, n))
+        if start.join is not None:
+            drafts[start.join].deps.append(first + n - 1)
+        if start.pre_session:
+            sent_first.add(first)
+        for branch in template.branches:
+            pre = branch.turn is None
+            spawner = None if pre else first + branch.turn
+            join = None if branch.join_at is None else first + branch.join_at
+            if join is not None:
+                drafts[join].joins.append(branch.branch_id)
+            fork = branch.mode is BranchMode.FORK
+            for child in branch.children:
+                queue.append(
+                    _Start(
+                        child,
+                        SessionKind.FORK if fork else SessionKind.SPAWN,
+                        branch.branch_id,
+                        None if pre else s,
+                        start.depth + 1,
+                        route if fork else None,
+                        start.trigger if pre else (spawner,),
+                        spawner if fork else None,
+                        join,
+                        pre_session=pre,
+                    )
+                )
+
+    def send_order(released: list[int]) -> tuple[int, ...]:
+        if sent_first and len(released) > 1:
+            released.sort(key=lambda i: i not in sent_first)  # stable: otherwise by index
+        return tuple(released)
+
+    dependents: list[list[int]] = [[] for _ in drafts]
+    for i, draft in enumerate(drafts):
+        for dep in draft.deps:
+            dependents[dep].append(i)
+    nodes = []
+    for i, d in enumerate(drafts):
+        template = templates[sessions[d.session].conversation_id]
+        nodes.append(
+            Node(
+                d.session,
+                d.turn,
+                template.payloads[d.turn],
+                template.delays[d.turn],
+                tuple(d.deps),
+                d.history,
+                send_order(dependents[i]),
+                tuple(d.joins),
+            )
+        )
+    entry = send_order([i for i, d in enumerate(drafts) if not d.deps])
+    return Tree(tuple(sessions), tuple(nodes), entry)

@@ -1,0 +1,112 @@
+"""The request graph: the one internal model every dataset format compiles into.
+
+A `Tree` is everything one root conversation sends in one full run: its sessions (conversation
+instances) and its nodes (one request each). The scheduler runs a tree by counting finished
+dependencies; it needs nothing else to get FORK, SPAWN, joins, fan-in or diamonds right, because
+the compiler has already turned each of them into edges:
+
+- `deps`: the nodes that must finish before this one is ready (the previous turn, the turn that
+  spawned this session, the children a join waits for, or any parents of a general graph);
+- `history`: at most one of those, whose context plus captured reply this node's messages are
+  appended to (the previous turn, or the FORK parent's turn); None starts a fresh history;
+- `Session.route`: the session whose routing key this one uses. A FORK child takes its parent's,
+  so a whole FORK lineage lands on one worker; roots and SPAWN children route by their own.
+
+Indices are local to a tree, so the scheduler instantiates a tree for each run of its root by
+copying one counter per node. A SPAWN target referenced by two parents appears as two sessions:
+the file describes a template, the tree what is actually sent. Records are NamedTuples: immutable,
+compact, and cheap to build by the hundred thousand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+
+class SessionKind(StrEnum):
+    """How a session began: as a root, or as a FORK or SPAWN child of another session."""
+
+    ROOT = "root"
+    FORK = "fork"
+    SPAWN = "spawn"
+
+
+class Payload(NamedTuple):
+    """What a node authors for the wire; the worker adds the history and the endpoint's fields."""
+
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    max_tokens: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] | None = None
+
+
+class Session(NamedTuple):
+    """One conversation instance within a tree; its nodes are contiguous, one per turn."""
+
+    conversation_id: str
+    kind: SessionKind
+    branch_id: str | None  # the branch that started it; None for the root
+    parent: int | None  # the spawning session; None for the root and pre-session spawns
+    depth: int  # agent depth: 0 for the root, parent's + 1 for a child
+    route: int  # the session whose routing key this one uses (itself unless FORK)
+    first_node: int
+    turn_count: int
+
+    @property
+    def last_node(self) -> int:
+        return self.first_node + self.turn_count - 1
+
+
+class Node(NamedTuple):
+    """One request: who it belongs to, what it sends, and what it waits for."""
+
+    session: int
+    turn: int
+    payload: Payload
+    delay_s: float  # waited after the node is ready, before it is sent
+    deps: tuple[int, ...]
+    history: int | None
+    dependents: tuple[int, ...]  # inverse of deps; nodes released together are in send order
+    joins: tuple[str, ...] = ()  # branch ids whose children this node waits for (BranchStats)
+
+
+@dataclass(frozen=True, slots=True)
+class Tree:
+    """All requests one root sends in a full run; session 0 is the root."""
+
+    sessions: tuple[Session, ...]
+    nodes: tuple[Node, ...]
+    entry: tuple[int, ...]  # nodes with no dependencies, in send order
+
+    @property
+    def root(self) -> Session:
+        return self.sessions[0]
+
+
+@dataclass(frozen=True)
+class RequestGraph:
+    """Every tree of a dataset; running each once is one full run."""
+
+    source: str
+    trees: tuple[Tree, ...]
+
+    @property
+    def root_count(self) -> int:
+        """The default number of conversations to run: each root once."""
+        return len(self.trees)
+
+    @property
+    def request_count(self) -> int:
+        """Requests in one full run, children included."""
+        return sum(len(tree.nodes) for tree in self.trees)
+
+    @property
+    def max_depth(self) -> int:
+        return max((s.depth for tree in self.trees for s in tree.sessions), default=0)
+
+    def child_count(self, kind: SessionKind) -> int:
+        """Child sessions of one kind started in one full run."""
+        return sum(s.kind is kind for tree in self.trees for s in tree.sessions)
