@@ -1,0 +1,299 @@
+"""The simulated LLM over real HTTP: bodies, usage, the prefix cache and its timing model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import aiohttp
+import pytest
+
+from dagperf.simulator import PrefixCache, SimConfig, running_simulator
+
+FAST = SimConfig(ttft_ms=0, itl_ms=0, prefill_ms_per_token=0)
+
+
+def chat(content: str = "hello there", **fields):
+    return {"model": "m", "messages": [{"role": "user", "content": content}], **fields}
+
+
+async def post(url: str, body: dict, headers: dict | None = None) -> tuple[int, bytes, float]:
+    """Status, raw body, and seconds until the first body bytes arrived."""
+    async with aiohttp.ClientSession() as session:
+        start = time.perf_counter()
+        async with session.post(url, json=body, headers=headers) as response:
+            first = await response.content.readany()
+            first_at = time.perf_counter() - start
+            return response.status, first + await response.read(), first_at
+
+
+def events(raw: bytes) -> list:
+    """Decoded SSE data fields, with the [DONE] sentinel kept as a string."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if block.startswith("data: "):
+            data = block.removeprefix("data: ")
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+async def test_streaming_chat_body():
+    async with running_simulator(FAST.model_copy(update={"output_tokens": 3})) as sim:
+        status, raw, _ = await post(f"{sim.url}/v1/chat/completions", chat(stream=True))
+    assert status == 200
+    chunks = events(raw)
+    assert chunks[-1] == "[DONE]"
+    deltas = [c["choices"][0]["delta"] for c in chunks[:-1]]
+    assert deltas[0]["role"] == "assistant"
+    assert [bool(d.get("content")) for d in deltas] == [True, True, True, False]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert all(c["object"] == "chat.completion.chunk" and c["model"] == "m" for c in chunks[:-1])
+    assert not any("usage" in c for c in chunks[:-1])  # only on request
+
+
+async def test_streaming_usage_chunk_when_asked():
+    config = FAST.model_copy(update={"output_tokens": 4})
+    async with running_simulator(config) as sim:
+        body = chat(stream=True, stream_options={"include_usage": True})
+        _, raw, _ = await post(f"{sim.url}/v1/chat/completions", body)
+    *chunks, usage_chunk, done = events(raw)
+    assert done == "[DONE]"
+    assert usage_chunk["choices"] == []
+    usage = usage_chunk["usage"]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert usage["completion_tokens"] == 4 == len(text.split())
+    assert usage["prompt_tokens"] == 4  # <|user|> hello there <|assistant|>
+    assert usage["total_tokens"] == 8
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+async def test_non_streaming_chat_and_completions():
+    async with running_simulator(FAST) as sim:
+        _, raw, _ = await post(
+            f"{sim.url}/v1/chat/completions", chat(max_tokens=5, ignore_eos=True)
+        )
+        reply = json.loads(raw)
+        _, raw, _ = await post(
+            f"{sim.url}/v1/completions", {"model": "m", "prompt": "a b c", "max_tokens": 2}
+        )
+        completion = json.loads(raw)
+        _, raw, _ = await post(f"{sim.url}/v1/completions", {"prompt": "a b", "stream": True})
+        streamed = events(raw)
+    assert reply["object"] == "chat.completion"
+    message = reply["choices"][0]["message"]
+    assert message["role"] == "assistant" and len(message["content"].split()) == 5
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert reply["usage"]["completion_tokens"] == 5
+    assert completion["object"] == "text_completion"
+    assert len(completion["choices"][0]["text"].split()) == 2
+    assert completion["usage"]["prompt_tokens"] == 3
+    assert streamed[-1] == "[DONE]" and "text" in streamed[0]["choices"][0]
+
+
+@pytest.mark.parametrize(
+    ("fields", "length", "finish"),
+    [
+        ({}, 16, "stop"),
+        ({"max_tokens": 4}, 4, "length"),
+        ({"max_completion_tokens": 3}, 3, "length"),
+        ({"max_tokens": 100}, 16, "stop"),
+        ({"max_tokens": 100, "ignore_eos": True}, 100, "length"),
+        ({"max_tokens": 100, "min_tokens": 30}, 30, "stop"),
+    ],
+)
+async def test_reply_length_follows_eos_and_limits(fields, length, finish):
+    async with running_simulator(FAST) as sim:
+        _, raw, _ = await post(f"{sim.url}/v1/chat/completions", chat(**fields))
+    reply = json.loads(raw)
+    assert reply["usage"]["completion_tokens"] == length
+    assert reply["choices"][0]["finish_reason"] == finish
+
+
+async def test_cached_tokens_count_the_shared_prefix():
+    config = FAST.model_copy(update={"block_size": 4})
+    shared = " ".join(f"w{i}" for i in range(40))
+    async with running_simulator(config) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+        cold = json.loads((await post(url, chat(shared)))[1])["usage"]
+        warm = json.loads((await post(url, chat(shared)))[1])["usage"]
+        longer = json.loads((await post(url, chat(shared + " and more words here")))[1])["usage"]
+    assert cold["prompt_tokens_details"]["cached_tokens"] == 0
+    # 42 tokens: 10 full blocks cached, and the first 40 tokens are shared by the longer prompt.
+    assert warm["prompt_tokens_details"]["cached_tokens"] == 40
+    assert longer["prompt_tokens_details"]["cached_tokens"] == 40
+
+
+async def test_a_repeated_prefix_gets_a_lower_ttft_than_a_cold_one():
+    config = SimConfig(ttft_ms=5, prefill_ms_per_token=0.5, itl_ms=0, block_size=8)
+    system = {"role": "system", "content": " ".join(f"rule{i}" for i in range(400))}
+    async with running_simulator(config) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+
+        async def ttft(question: str) -> float:
+            body = {"messages": [system, {"role": "user", "content": question}], "stream": True}
+            return (await post(url, body))[2]
+
+        cold = await ttft("first question")
+        warm = await ttft("second question")
+        cold_record, warm_record = sim.simulator.records
+    # 400 uncached prompt tokens cost 200 ms of prefill; cached, only the question's block does.
+    assert cold_record.intended_ttft_ms > 200 > 20 > warm_record.intended_ttft_ms
+    assert warm_record.cached_tokens >= 400
+    assert cold > 0.2 > 0.1 > warm
+
+
+async def test_records_are_honest_about_timing():
+    config = SimConfig(ttft_ms=30, itl_ms=10, prefill_ms_per_token=0, output_tokens=3)
+    async with running_simulator(config) as sim:
+        headers = {"X-Request-ID": "req-1", "X-Correlation-ID": "corr-1"}
+        await post(f"{sim.url}/v1/chat/completions", chat(stream=True), headers)
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{sim.url}/sim/records") as response:
+                (served,) = await response.json()
+    assert (served["request_id"], served["correlation_id"], served["status"]) == (
+        "req-1",
+        "corr-1",
+        200,
+    )
+    assert served["intended_ttft_ms"] == 30
+    actual_ttft_ms = (served["first_chunk_ns"] - served["received_ns"]) / 1e6
+    assert actual_ttft_ms >= 30  # deadlines are never early
+    assert (served["end_ns"] - served["received_ns"]) / 1e6 >= 30 + 2 * 10
+
+
+async def test_reasoning_comes_before_content():
+    config = FAST.model_copy(update={"reasoning_tokens": 2, "output_tokens": 2})
+    async with running_simulator(config) as sim:
+        _, raw, _ = await post(f"{sim.url}/v1/chat/completions", chat(stream=True))
+        _, whole, _ = await post(f"{sim.url}/v1/chat/completions", chat())
+    deltas = [c["choices"][0]["delta"] for c in events(raw)[:-2]]
+    assert [next(iter(set(d) - {"role"})) for d in deltas] == [
+        "reasoning_content",
+        "reasoning_content",
+        "content",
+        "content",
+    ]
+    reply = json.loads(whole)
+    assert reply["usage"]["completion_tokens_details"]["reasoning_tokens"] == 2
+    assert len(reply["choices"][0]["message"]["reasoning_content"].split()) == 2
+
+
+async def test_replies_are_deterministic_for_a_seed():
+    async def reply(seed: int, content: str) -> str:
+        async with running_simulator(FAST.model_copy(update={"seed": seed})) as sim:
+            _, raw, _ = await post(f"{sim.url}/v1/chat/completions", chat(content))
+        return json.loads(raw)["choices"][0]["message"]["content"]
+
+    assert await reply(7, "x") == await reply(7, "x")
+    assert await reply(7, "x") != await reply(8, "x")
+    assert await reply(7, "x") != await reply(7, "y")
+
+
+async def test_injected_errors():
+    async with running_simulator(FAST.model_copy(update={"error_rate": 1.0})) as sim:
+        status, raw, _ = await post(f"{sim.url}/v1/chat/completions", chat(stream=True))
+    assert status == 500
+    assert json.loads(raw)["error"]["type"] == "server_error"
+    async with running_simulator(FAST.model_copy(update={"error_rate": 0.3, "seed": 3})) as sim:
+        statuses = [(await post(f"{sim.url}/v1/chat/completions", chat()))[0] for _ in range(200)]
+    assert 30 < statuses.count(500) < 90  # binomial(200, 0.3): mean 60, sd 6.5
+    assert set(statuses) == {200, 500}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "complaint"),
+    [
+        ("/v1/chat/completions", "not json", "not valid JSON"),
+        ("/v1/chat/completions", "[1]", "must be a JSON object"),
+        ("/v1/chat/completions", '{"messages": []}', "'messages' must be a non-empty array"),
+        ("/v1/chat/completions", '{"messages": [1]}', "each entry of 'messages'"),
+        ("/v1/chat/completions", '{"messages": [{"role": "user"}], "max_tokens": 0}', "at least 1"),
+        ("/v1/chat/completions", '{"messages": [{"role": "user"}], "max_tokens": true}', "integer"),
+        ("/v1/completions", '{"prompt": {"a": 1}}', "'prompt' must be"),
+    ],
+)
+async def test_bad_requests_get_a_400_that_says_why(path, body, complaint):
+    async with running_simulator(FAST) as sim, aiohttp.ClientSession() as session:
+        async with session.post(sim.url + path, data=body) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+    assert complaint in error["message"]
+    assert error["type"] == "invalid_request_error"
+
+
+async def test_models_and_health():
+    async with running_simulator(SimConfig(model="tiny")) as sim:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{sim.url}/v1/models") as response:
+                models = await response.json()
+            async with session.get(f"{sim.url}/health") as response:
+                assert response.status == 200
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+
+
+async def test_a_client_that_leaves_mid_stream_is_recorded():
+    config = SimConfig(ttft_ms=0, itl_ms=20, output_tokens=50)
+    async with running_simulator(config) as sim:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{sim.url}/v1/chat/completions", json=chat(stream=True)) as r:
+                await r.content.readany()
+        async with asyncio.timeout(10):  # the server notices the reset at its next write
+            while not sim.simulator.records[0].done:
+                await asyncio.sleep(0.01)
+    assert sim.simulator.records[0].status == 499
+
+
+def test_prefix_cache_counts_only_a_leading_run_and_evicts_lru():
+    cache = PrefixCache(block_size=2, capacity_blocks=3)
+    assert cache.admit(list("abcdef")) == 0
+    assert cache.admit(list("abcdef")) == 5  # fully cached: one token is always computed
+    assert cache.admit(list("abXXef")) == 2  # "ef" after a miss names a different prefix
+    assert len(cache) == 3  # capacity holds: the oldest blocks went first
+    assert cache.admit(list("cdef")) == 0  # the same text at another position is not a hit
+    assert PrefixCache(block_size=2, capacity_blocks=0).admit(list("abab")) == 0
+
+
+def test_simulate_command_serves_until_terminated(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dagperf", "simulate", "--port", "0", "--model", "cmd-model"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        banner = process.stdout.readline()
+        assert "cmd-model" in banner
+        url = banner.split(" at ")[1].strip()
+
+        async def ask() -> dict:
+            _, raw, _ = await post(f"{url}/v1/chat/completions", chat())
+            return json.loads(raw)
+
+        assert asyncio.run(ask())["usage"]["completion_tokens"] == 16
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+
+
+def test_simulate_command_refuses_a_busy_port():
+    with subprocess.Popen(
+        [sys.executable, "-m", "dagperf", "simulate", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as first:
+        port = first.stdout.readline().rsplit(":", 1)[1].strip()
+        second = subprocess.run(
+            [sys.executable, "-m", "dagperf", "simulate", "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=os.environ,
+        )
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=10)
+    assert second.returncode == 1
+    assert "cannot listen" in second.stderr and "Traceback" not in second.stderr

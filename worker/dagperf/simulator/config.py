@@ -1,0 +1,47 @@
+"""The simulator's knobs: one model, from which the `dagperf simulate` flags are generated."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SimConfig(BaseModel):
+    """How the simulated LLM behaves. Times are in milliseconds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(default="dagperf-sim", min_length=1, description="Model name it serves.")
+    ttft_ms: float = Field(
+        default=20.0, ge=0, description="Time to first token for a fully cached prompt."
+    )
+    prefill_ms_per_token: float = Field(
+        default=0.02,
+        ge=0,
+        description="Added to the time to first token per prompt token not in the prefix cache.",
+    )
+    itl_ms: float = Field(default=5.0, ge=0, description="Delay between output tokens.")
+    output_tokens: int = Field(
+        default=16,
+        ge=1,
+        description="Reply length where the model would stop by itself; max_tokens caps it, "
+        "ignore_eos makes the reply exactly max_tokens, min_tokens sets a floor.",
+    )
+    reasoning_tokens: int = Field(
+        default=0, ge=0, description="Reasoning tokens emitted before the content of each reply."
+    )
+    error_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of requests answered with an HTTP 500."
+    )
+    seed: int = Field(default=0, description="Seed for replies and injected errors.")
+    block_size: int = Field(default=16, ge=1, description="Prefix-cache block size in tokens.")
+    cache_blocks: int = Field(
+        default=16384, ge=0, description="Prefix-cache capacity in blocks (LRU); 0 disables it."
+    )
+    record_limit: int = Field(
+        default=100_000,
+        ge=0,
+        description="Most recent requests kept in the request log served at /sim/records.",
+    )
+    record_bodies: bool = Field(
+        default=False, description="Keep each request's body and headers in the request log."
+    )

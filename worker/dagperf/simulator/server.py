@@ -1,0 +1,336 @@
+"""A simulated OpenAI-compatible LLM server (aiohttp), the embedded default and the test server.
+
+Timing model: the first token is due `ttft_ms + prefill_ms_per_token * uncached prompt tokens`
+after the request arrives, and each further token `itl_ms` after the previous one. Deadlines are
+absolute (from the arrival), so sleep overshoot never accumulates; when the event loop falls
+behind, every chunk already due goes out in one write. The server is honest about what it did:
+each request's log entry holds the time its first chunk was really written, next to the time the
+model intended, so a client's measurement can be checked against the server's own.
+
+Chunks are built as bytes from prebuilt prefixes, without a JSON encoder per chunk, so the
+simulator stays cheap next to the client it is measuring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from itertools import count
+from typing import Any
+
+from aiohttp import web
+
+from dagperf.simulator.config import SimConfig
+from dagperf.simulator.prefix_cache import PrefixCache
+from dagperf.simulator.text import chat_prompt_tokens, reply_words, text_tokens
+
+
+@dataclass(slots=True)
+class SimRecord:
+    """What the simulator received and did for one request; times are epoch nanoseconds."""
+
+    request_id: str | None
+    correlation_id: str | None
+    endpoint: str
+    stream: bool
+    status: int
+    received_ns: int
+    first_chunk_ns: int | None = None  # streaming: when the first token was really written
+    end_ns: int | None = None
+    intended_ttft_ms: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    body: Any = None
+    headers: dict[str, str] | None = None
+    done: bool = field(default=False, repr=False)
+
+
+class BadRequest(Exception):
+    pass
+
+
+class Simulator:
+    """The simulated model: its prefix cache, its request log, and the HTTP handlers."""
+
+    def __init__(self, config: SimConfig | None = None):
+        self.config = config or SimConfig()
+        self.cache = PrefixCache(self.config.block_size, self.config.cache_blocks)
+        self.records: deque[SimRecord] = deque(maxlen=self.config.record_limit)
+        self._errors = random.Random(self.config.seed)
+        self._ids = count()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024**2)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/sim/records", self._records)
+        return app
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        model = {"id": self.config.model, "object": "model", "owned_by": "dagperf"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _records(self, request: web.Request) -> web.Response:
+        return web.json_response([_public(r) for r in self.records if r.done])
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        record = SimRecord(
+            request_id=request.headers.get("X-Request-ID"),
+            correlation_id=request.headers.get("X-Correlation-ID"),
+            endpoint="chat" if chat else "completions",
+            stream=False,
+            status=200,
+            received_ns=time.time_ns(),
+        )
+        if self.config.record_limit:
+            self.records.append(record)
+        try:
+            body = await self._body(request)
+            record.stream = body.get("stream") is True
+            if self.config.record_bodies:
+                record.body = body
+                record.headers = dict(request.headers)
+            prompt = _prompt_tokens(body, chat)
+            length, finish = self._reply_length(body)
+        except BadRequest as e:
+            return self._finish(record, _error(400, "invalid_request_error", str(e)))
+        if self.config.error_rate and self._errors.random() < self.config.error_rate:
+            return self._finish(record, _error(500, "server_error", "simulated server error"))
+
+        cfg = self.config
+        cached = self.cache.admit(prompt)
+        ttft_ms = cfg.ttft_ms + cfg.prefill_ms_per_token * (len(prompt) - cached)
+        reasoning = min(cfg.reasoning_tokens, length) if chat else 0
+        words = reply_words(cfg.seed, prompt, length)
+        record.intended_ttft_ms = ttft_ms
+        record.prompt_tokens = len(prompt)
+        record.cached_tokens = cached
+        record.completion_tokens = length
+        record.reasoning_tokens = reasoning
+        reply = _Reply(
+            id=f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):x}",
+            model=body["model"] if isinstance(body.get("model"), str) else cfg.model,
+            chat=chat,
+            words=words,
+            reasoning=reasoning,
+            finish=finish,
+            usage=_usage(len(prompt), cached, length, reasoning),
+        )
+        first_due = start + ttft_ms / 1000
+        if not record.stream:
+            await _sleep_until(loop, first_due + (length - 1) * cfg.itl_ms / 1000)
+            return self._finish(record, web.json_response(reply.whole()))
+        include_usage = _include_usage(body)
+        return await self._stream(request, record, reply, first_due, include_usage)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        record: SimRecord,
+        reply: _Reply,
+        first_due: float,
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        itl = self.config.itl_ms / 1000
+        chunks = reply.chunks()
+        tail = reply.final_chunk() + (reply.usage_chunk() if include_usage else b"")
+        tail += b"data: [DONE]\n\n"
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        try:
+            await response.prepare(request)
+            sent = 0
+            while sent < len(chunks):
+                await _sleep_until(loop, first_due + sent * itl)
+                now = loop.time()
+                due = sent + 1
+                while due < len(chunks) and first_due + due * itl <= now:
+                    due += 1
+                batch = b"".join(chunks[sent:due])
+                await response.write(batch + tail if due == len(chunks) else batch)
+                if sent == 0:
+                    record.first_chunk_ns = time.time_ns()
+                sent = due
+            await response.write_eof()
+        except ConnectionResetError:
+            record.status = 499  # the client went away mid-stream
+        except asyncio.CancelledError:
+            record.status = 499
+            record.end_ns = time.time_ns()
+            record.done = True
+            raise
+        else:
+            record.status = response.status
+        record.end_ns = time.time_ns()
+        record.done = True
+        return response
+
+    @staticmethod
+    def _finish(record: SimRecord, response: web.StreamResponse) -> web.StreamResponse:
+        record.status = response.status
+        record.end_ns = time.time_ns()
+        record.done = True
+        return response
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.read())
+        except ValueError as e:
+            raise BadRequest(f"request body is not valid JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        return body
+
+    def _reply_length(self, body: dict[str, Any]) -> tuple[int, str]:
+        """Tokens to generate and the finish reason, as a server with EOS would decide."""
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        floor = body.get("min_tokens") or 0
+        for name, value in (("max_tokens", limit), ("min_tokens", floor)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise BadRequest(f"{name} must be an integer, got {value!r}")
+        if limit is not None and limit < 1:
+            raise BadRequest(f"max_tokens must be at least 1, got {limit}")
+        natural = self.config.output_tokens + self.config.reasoning_tokens
+        if limit is None:
+            return max(natural, floor), "stop"
+        length = limit if body.get("ignore_eos") else min(max(natural, floor), limit)
+        return length, "length" if length >= limit else "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    id: str
+    model: str
+    chat: bool
+    words: list[str]
+    reasoning: int
+    finish: str
+    usage: dict[str, Any]
+
+    def _texts(self) -> tuple[list[str], list[str]]:
+        """Token texts, reasoning then content; each content run starts without a space."""
+        texts = [w if i in (0, self.reasoning) else " " + w for i, w in enumerate(self.words)]
+        return texts[: self.reasoning], texts[self.reasoning :]
+
+    def _prefix(self) -> str:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return (
+            f'data: {{"id":"{self.id}","object":"{kind}","created":{int(time.time())},'
+            f'"model":{json.dumps(self.model)},"choices":[{{"index":0,'
+        )
+
+    def chunks(self) -> list[bytes]:
+        prefix = self._prefix()
+        thinking, content = self._texts()
+        out = []
+        for i, text in enumerate(thinking + content):
+            if not self.chat:
+                delta = f'"text":{json.dumps(text)}'
+            else:
+                key = "reasoning_content" if i < self.reasoning else "content"
+                role = '"role":"assistant",' if i == 0 else ""
+                delta = f'"delta":{{{role}"{key}":{json.dumps(text)}}}'
+            out.append(f'{prefix}{delta},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode())
+        return out
+
+    def final_chunk(self) -> bytes:
+        delta = '"delta":{}' if self.chat else '"text":""'
+        return f'{self._prefix()}{delta},"finish_reason":"{self.finish}"}}]}}\n\n'.encode()
+
+    def usage_chunk(self) -> bytes:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        chunk = {"id": self.id, "object": kind, "created": int(time.time()), "model": self.model}
+        chunk |= {"choices": [], "usage": self.usage}
+        return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+    def whole(self) -> dict[str, Any]:
+        thinking, content = self._texts()
+        if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+            if thinking:
+                message["reasoning_content"] = "".join(thinking)
+            choice = {"index": 0, "message": message, "finish_reason": self.finish}
+            kind = "chat.completion"
+        else:
+            choice = {"index": 0, "text": "".join(content), "finish_reason": self.finish}
+            kind = "text_completion"
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.usage,
+        }
+
+
+def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty array")
+        if not all(isinstance(m, dict) for m in messages):
+            raise BadRequest("each entry of 'messages' must be an object")
+        return chat_prompt_tokens(messages, body.get("tools"))
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return text_tokens(prompt)
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return [str(t) for t in prompt]  # token ids
+    raise BadRequest("'prompt' must be a string, one string in an array, or token ids")
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _usage(prompt: int, cached: int, completion: int, reasoning: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+def _error(status: int, kind: str, message: str) -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": status}}, status=status
+    )
+
+
+def _public(record: SimRecord) -> dict[str, Any]:
+    out = asdict(record)
+    del out["done"]
+    return out
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    delay = deadline - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
