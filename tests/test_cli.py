@@ -1,0 +1,89 @@
+"""The installed `dagperf` command, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+EXAMPLE = "examples/dag_jsonl/example.dag.jsonl"
+DAGPERF = shutil.which("dagperf")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    assert DAGPERF, "the dagperf console script is not installed (pip install -e .)"
+    return subprocess.run([DAGPERF, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_validate_summarizes_a_valid_file():
+    result = run("validate", EXAMPLE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{EXAMPLE}: valid dag_jsonl"
+    figures = {line[:20].strip(): int(line[20:].replace(",", "")) for line in lines[1:]}
+    assert figures == {
+        "conversations": 3,
+        "roots": 1,
+        "requests per run": 5,
+        "max agent depth": 1,
+        "FORK children": 2,
+        "SPAWN children": 0,
+    }
+
+
+def test_validate_json_summary():
+    result = run("validate", "examples/dag_jsonl/three-roots.dag.jsonl", "--json")
+    summary = json.loads(result.stdout)
+    assert (summary["roots"], summary["requests_per_run"], summary["fork_children"]) == (3, 9, 6)
+
+
+def test_validate_lists_every_problem_as_file_line_message(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"session_id":"root","turns":[{"messages":[{"role":"user"}],"forks":["brnch-a"]}]}\n'
+        '{"session_id":"branch-a","turns":[{"messages":[{"role":"user"}]}]}\n'
+        "{oops\n"
+    )
+    result = run("validate", str(bad))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"{bad}:1: session 'root' turn 0: branch target 'brnch-a' not declared. Known sessions: "
+        "['branch-a', 'root'] (did you mean 'branch-a'?)",
+        f"{bad}:3: invalid JSON: key must be a string at line 1 column 2",
+        f"{bad}: invalid dag_jsonl, 2 problem(s)",
+    ]
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff\xfe garbage \x80", b"\n\n\n"])
+def test_validate_refuses_junk_without_a_traceback(tmp_path, content):
+    junk = tmp_path / "junk.jsonl"
+    junk.write_bytes(content)
+    result = run("validate", str(junk))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout.endswith("problem(s)\n")
+
+
+def test_validate_a_missing_file():
+    result = run("validate", "no/such/file.jsonl")
+    assert result.returncode == 1
+    assert "no/such/file.jsonl: cannot read: No such file or directory" in result.stdout
+
+
+def test_usage_errors_exit_2_with_a_message():
+    result = run("validate")
+    assert result.returncode == 2 and "the following arguments are required: FILE" in result.stderr
+    result = run("simulate", "--error-rate", "2")
+    assert result.returncode == 2
+    assert "--error-rate: Input should be less than or equal to 1" in result.stderr
+
+
+def test_simulate_flags_come_from_the_config_model():
+    from dagperf.simulator import SimConfig
+
+    help_text = run("simulate", "--help").stdout
+    for name in SimConfig.model_fields:
+        assert "--" + name.replace("_", "-") in help_text
