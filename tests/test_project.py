@@ -1,0 +1,38 @@
+"""The project keeps its promises: the README's commands are the ones that work and that CI
+runs, and the code stays ruff-clean."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def quick_start() -> list[str]:
+    section = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)
+
+
+def test_readme_quick_start_is_set_up_and_main_job_then_the_test_command():
+    setup_and_main, test_command = quick_start()
+    assert setup_and_main.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
+    main_job = setup_and_main.split(" && ")[-1]
+    result = subprocess.run(main_job, shell=True, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_command in ci.splitlines()
+
+
+def test_code_is_ruff_clean():
+    ruff = shutil.which("ruff")
+    assert ruff, "ruff comes with the test extra"
+    paths = ["worker", "operator", "tests", "bench"]
+    check = subprocess.run([ruff, "check", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    form = subprocess.run(
+        [ruff, "format", "--check", *paths], cwd=ROOT, capture_output=True, text=True
+    )
+    assert form.returncode == 0, form.stdout
