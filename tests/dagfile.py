@@ -45,6 +45,12 @@ def only_problem(*lines: dict[str, Any] | str) -> Problem:
     return found[0]
 
 
+def refusal(*lines: dict[str, Any] | str) -> tuple[int | None, str]:
+    """The (line, message) of the one problem a file has."""
+    problem = only_problem(*lines)
+    return problem.line, problem.message
+
+
 def check_tree(tree) -> None:
     """Invariants every compiled tree must keep, whatever built it."""
     nodes = tree.nodes

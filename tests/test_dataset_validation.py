@@ -1,4 +1,7 @@
-"""Every refusal of the dag_jsonl loader: the line it names and the problem it states."""
+"""Every refusal of the dag_jsonl loader: the line it names and the problem it states.
+
+Each bad line follows a valid one (`OK`) so the line number is checked, not just line 1.
+"""
 
 from __future__ import annotations
 
@@ -7,82 +10,98 @@ import json
 
 import pytest
 
-from dagfile import conv, encode, load, only_problem, problems, turn, user
+from dagfile import conv, encode, load, problems, refusal, turn, user
 from dagperf.dataset import MAX_PROBLEMS, DatasetError, load_dag_jsonl, read_dag_jsonl
 
 SYSTEM = {"role": "system", "content": "be brief"}
+OK = conv("ok")
 
 
-def test_invalid_json_names_the_line():
-    p = only_problem(conv("a"), "{not json")
-    assert (p.line, p.message.split(":")[0]) == (2, "invalid JSON")
+def test_invalid_json():
+    line, message = refusal(OK, "{not json")
+    assert (line, message.split(":")[0]) == (2, "invalid JSON")
 
 
 def test_missing_session_id():
-    p = only_problem({"turns": [turn()]})
-    assert (p.line, p.message) == (1, "session_id: Field required")
+    assert refusal(OK, {"turns": [turn()]}) == (2, "session_id: Field required")
 
 
 def test_duplicate_session_id_names_both_lines():
-    p = only_problem(conv("a"), conv("b"), conv("a"))
-    assert p.line == 3
-    assert p.message == "duplicate session_id 'a' (first declared on line 1)"
+    assert refusal(OK, conv("a"), conv("a")) == (
+        3,
+        "duplicate session_id 'a' (first declared on line 2)",
+    )
 
 
 def test_empty_turns():
-    p = only_problem(conv("a", turns=[]) | {"turns": []})
-    assert p.line == 1
-    assert p.message.startswith("turns: List should have at least 1 item")
-    assert "session 'a'" in p.message
+    assert refusal(OK, {"session_id": "a", "turns": []}) == (
+        2,
+        "turns: List should have at least 1 item after validation, not 0 (session 'a')",
+    )
 
 
 def test_turn_without_messages():
-    p = only_problem({"session_id": "a", "turns": [{"max_tokens": 5}]})
-    assert (p.line, p.message) == (1, "turns.0.messages: Field required (session 'a')")
+    assert refusal(OK, {"session_id": "a", "turns": [{"max_tokens": 5}]}) == (
+        2,
+        "turns.0.messages: Field required (session 'a')",
+    )
 
 
 def test_messages_not_a_list():
-    p = only_problem({"session_id": "a", "turns": [{"messages": {"role": "user"}}]})
-    assert p.message.startswith("turns.0.messages: Input should be a valid")
-    assert "(session 'a')" in p.message
+    assert refusal(OK, {"session_id": "a", "turns": [{"messages": {"role": "user"}}]}) == (
+        2,
+        "turns.0.messages: Input should be a valid array (session 'a')",
+    )
 
 
 def test_empty_messages():
-    p = only_problem({"session_id": "a", "turns": [{"messages": []}]})
-    assert p.message.startswith("turns.0.messages: List should have at least 1 item")
+    line, message = refusal(OK, {"session_id": "a", "turns": [{"messages": []}]})
+    assert (line, message.split(",")[0]) == (
+        2,
+        "turns.0.messages: List should have at least 1 item after validation",
+    )
 
 
 def test_unknown_turn_key():
-    p = only_problem(conv("a", turn(max_token=5)))
-    assert p.message == "turns.0.max_token: Extra inputs are not permitted (session 'a')"
+    assert refusal(OK, conv("a", turn(max_token=5))) == (
+        2,
+        "turns.0.max_token: Extra inputs are not permitted (session 'a')",
+    )
 
 
 def test_unknown_conversation_key():
-    p = only_problem(conv("a", not_a_real_field=1))
-    assert p.message == "not_a_real_field: Extra inputs are not permitted (session 'a')"
+    assert refusal(OK, conv("a", not_a_real_field=1)) == (
+        2,
+        "not_a_real_field: Extra inputs are not permitted (session 'a')",
+    )
 
 
 def test_message_without_role():
-    p = only_problem(conv("a", turn(messages=[user(), {"content": "x"}])))
-    assert p.message.startswith("turns.0.messages: each message must have a 'role'")
-    assert "message at index 1 does not" in p.message
+    assert refusal(OK, conv("a", turn(messages=[user(), {"content": "x"}]))) == (
+        2,
+        "turns.0.messages: each message must have a 'role' string, but message at index 1 "
+        "does not (session 'a')",
+    )
 
 
 def test_system_message_on_a_later_turn():
-    p = only_problem(conv("a", turn(), turn(messages=[SYSTEM, user()])))
-    assert p.line == 1
-    assert p.message.startswith(
-        "session 'a' turn 1: non-root turns may not contain a 'system' message"
+    line, message = refusal(OK, conv("a", turn(), turn(messages=[user(), SYSTEM])))
+    assert line == 2
+    assert message.startswith(
+        "session 'a' turn 1: non-root turns may not contain a 'system' message (message at "
+        "index 1); chat templates ignore"
     )
 
 
 def test_system_message_on_a_fork_childs_first_turn():
-    p = only_problem(
-        conv("root", turn(forks=["kid"])), conv("kid", turn(messages=[SYSTEM, user()]))
+    line, message = refusal(
+        conv("root", turn(forks=["kid"])), OK, conv("kid", turn(messages=[SYSTEM, user()]))
     )
-    assert p.line == 2
-    assert p.message.startswith("session 'kid' turn 0: non-root turns may not contain")
-    assert "'root'" in p.message
+    assert line == 3
+    assert message.startswith(
+        "session 'kid' turn 0: non-root turns may not contain a 'system' message (this FORK "
+        "child continues the history of 'root') (message at index 0)"
+    )
 
 
 def test_system_message_allowed_where_a_history_starts():
@@ -96,45 +115,54 @@ def test_system_message_allowed_where_a_history_starts():
 
 
 @pytest.mark.parametrize(
-    ("entry", "where"),
-    [
-        ({"forks": ["brnch-a"]}, "session 'root' turn 0"),
-        ({"spawns": ["brnch-a"]}, "session 'root' turn 0"),
-        ({"spawns": [{"children": ["brnch-a"]}]}, "session 'root' turn 0"),
-    ],
+    "entry",
+    [{"forks": ["brnch-a"]}, {"spawns": ["brnch-a"]}, {"spawns": [{"children": ["brnch-a"]}]}],
 )
-def test_unresolved_branch_target(entry, where):
-    p = only_problem(conv("root", turn(**entry)), conv("branch-a"))
-    assert p.line == 1
-    assert p.message.startswith(f"{where}: branch target 'brnch-a' not declared.")
-    assert "Known sessions: ['branch-a', 'root']" in p.message
-    assert "did you mean 'branch-a'?" in p.message
+def test_unresolved_branch_target(entry):
+    assert refusal(OK, conv("root", turn(**entry)), conv("branch-a")) == (
+        2,
+        "session 'root' turn 0: branch target 'brnch-a' not declared. Known sessions: "
+        "['branch-a', 'ok', 'root'] (did you mean 'branch-a'?)",
+    )
+
+
+def test_unresolved_target_lists_at_most_ten_known_sessions():
+    lines = [conv(f"s{i:02}") for i in range(12)]
+    line, message = refusal(*lines, conv("root", turn(forks=["zzz"])))
+    assert line == 13
+    assert message.endswith(
+        "Known sessions: ['root', 's00', 's01', 's02', 's03', 's04', "
+        "'s05', 's06', 's07', 's08', ... 3 more]"
+    )
 
 
 def test_unresolved_pre_session_target():
-    p = only_problem(conv("root", pre_session_spawns=["ghost"]))
-    assert p.message.startswith("session 'root' pre_session_spawns: branch target 'ghost'")
+    assert refusal(OK, conv("root", pre_session_spawns=["ghost"])) == (
+        2,
+        "session 'root' pre_session_spawns: branch target 'ghost' not declared. Known sessions: "
+        "['ok', 'root']",
+    )
 
 
-def test_cycle_reports_its_path():
-    p = only_problem(
+def test_cycle_reports_its_path_on_the_line_that_closes_it():
+    assert refusal(
         conv("A", turn(spawns=["B"]), turn()),
         conv("B", turn(forks=["C"])),
+        OK,
         conv("C", turn(spawns=["A"])),
-    )
-    assert p.message == "cycle detected: A -> B -> C -> A"
-    assert p.line == 3  # the session whose reference closes the cycle
+    ) == (4, "cycle detected: A -> B -> C -> A")
 
 
 def test_self_reference_is_a_cycle():
-    p = only_problem(conv("A", turn(forks=["A"])))
-    assert p.message == "cycle detected: A -> A"
+    assert refusal(OK, conv("A", turn(forks=["A"]))) == (2, "cycle detected: A -> A")
 
 
 def test_two_fork_parents():
-    p = only_problem(conv("A", turn(forks=["Y"])), conv("B", turn(forks=["Y"])), conv("Y"))
-    assert p.line == 2
-    assert p.message.startswith("session 'Y' forked by both 'A' turn 0 and 'B' turn 0")
+    assert refusal(conv("A", turn(forks=["Y"])), conv("B", turn(forks=["Y"])), conv("Y")) == (
+        2,
+        "session 'Y' forked by both 'A' turn 0 and 'B' turn 0; FORK-mode children require a "
+        "single parent, whose history they continue",
+    )
 
 
 def test_spawn_target_may_have_many_parents():
@@ -143,63 +171,83 @@ def test_spawn_target_may_have_many_parents():
 
 
 def test_bare_fork_on_a_non_final_turn():
-    p = only_problem(conv("X", turn(forks=["c"]), turn()), conv("c"))
-    assert p.message.startswith(
-        "session 'X' turn 0 has foreground FORK branches but is not the last turn"
+    line, message = refusal(OK, conv("X", turn(forks=["c"]), turn()), conv("c"))
+    assert line == 2
+    assert message.startswith(
+        "session 'X' turn 0 has foreground FORK branches but is not the last turn and no join "
+        "is declared"
     )
 
 
 def test_bare_and_background_fork_mixed_on_a_non_final_turn():
-    p = only_problem(
+    line, message = refusal(
+        OK,
         conv("X", turn(forks=["c", {"child": "d", "background": True}]), turn()),
         conv("c"),
         conv("d"),
     )
-    assert p.message.startswith("session 'X' turn 0 mixes bare and background FORK entries")
+    assert line == 2
+    assert message.startswith(
+        "session 'X' turn 0 mixes bare and background FORK entries but is not the last turn"
+    )
 
 
-def test_bare_and_background_fork_mixed_on_the_last_turn_is_fine():
+def test_forks_allowed_where_the_format_allows_them():
     load(
-        conv("X", turn(), turn(forks=["c", {"child": "d", "background": True}])),
+        conv(
+            "X",
+            turn(forks=[{"child": "b", "background": True}]),
+            turn(forks=["c", {"child": "d", "background": True}]),
+        ),
+        conv("b"),
         conv("c"),
         conv("d"),
     )
 
 
 def test_pre_session_target_that_is_also_a_fork_target():
-    p = only_problem(
-        conv("X", turn(forks=["Y"]), pre_session_spawns=["Y"]),
-        conv("Y"),
+    assert refusal(OK, conv("X", turn(forks=["Y"]), pre_session_spawns=["Y"]), conv("Y")) == (
+        2,
+        "session 'Y' is referenced by 'X' pre_session_spawns but is also a FORK target; "
+        "pre-session children must be SPAWN-mode (they have no parent history to inherit)",
     )
-    assert p.message.startswith("session 'Y' is referenced by 'X' pre_session_spawns but is also")
 
 
 def test_empty_file():
-    p = only_problem()
-    assert p.line is None
-    assert str(p) == "test.jsonl: empty file: a dag_jsonl file needs at least one conversation line"
+    line, message = refusal()
+    assert line is None
+    assert message == "empty file: a dag_jsonl file needs at least one conversation line"
+    assert str(problems()[0]) == f"test.jsonl: {message}"
 
 
 def test_blank_lines_only_is_empty():
-    assert only_problem("", "   ").message.startswith("empty file")
+    assert refusal("", "   ")[1].startswith("empty file")
 
 
 @pytest.mark.parametrize("join_at", [0, 1])
 def test_join_at_not_after_the_spawning_turn(join_at):
-    p = only_problem(
-        conv("X", turn(), turn(spawns=[{"children": ["c"], "join_at": join_at}]), turn()),
-        conv("c"),
-    )
-    assert p.message == (
+    spawning = turn(spawns=[{"children": ["c"], "join_at": join_at}])
+    assert refusal(OK, conv("X", turn(), spawning, turn()), conv("c")) == (
+        2,
         f"session 'X' turn 1: spawn join_at={join_at} must be greater than the spawning turn "
-        "index 1"
+        "index 1",
     )
 
 
 def test_join_at_beyond_the_last_turn():
-    p = only_problem(conv("X", turn(spawns=[{"children": ["c"], "join_at": 2}]), turn()), conv("c"))
-    assert p.message.startswith("session 'X' turn 0: spawn join_at=2 is out of range")
-    assert "2 turn(s)" in p.message
+    spawning = turn(spawns=[{"children": ["c"], "join_at": 2}])
+    assert refusal(OK, conv("X", spawning, turn()), conv("c")) == (
+        2,
+        "session 'X' turn 0: spawn join_at=2 is out of range: the conversation has 2 turn(s), "
+        "so join_at must be at most 1",
+    )
+
+
+def test_join_at_on_the_last_turn_has_nowhere_to_join():
+    spawning = turn(spawns=[{"children": ["c"], "join_at": 1}])
+    line, message = refusal(OK, conv("X", spawning), conv("c"))
+    assert line == 2
+    assert message.startswith("session 'X' turn 0: spawn join_at=1 is out of range")
 
 
 @pytest.mark.parametrize(
@@ -212,19 +260,28 @@ def test_join_at_beyond_the_last_turn():
     ],
 )
 def test_child_listed_twice_on_one_turn(turns, listed_in):
-    p = only_problem(conv("X", *turns), conv("c"))
-    assert p.message == f"session 'X' turn 1: child 'c' is listed twice in {listed_in}"
+    assert refusal(OK, conv("X", *turns), conv("c")) == (
+        2,
+        f"session 'X' turn 1: child 'c' is listed twice in {listed_in}",
+    )
 
 
 def test_child_listed_twice_in_pre_session_spawns():
-    p = only_problem(conv("X", pre_session_spawns=["c", "c"]), conv("c"))
-    assert p.message == "session 'X' pre_session_spawns: child 'c' is listed twice"
+    assert refusal(OK, conv("X", pre_session_spawns=["c", "c"]), conv("c")) == (
+        2,
+        "session 'X' pre_session_spawns: child 'c' is listed twice",
+    )
 
 
-@pytest.mark.parametrize("value", [True, False, 0, -3, 2.5, "8"])
-def test_max_tokens_must_be_a_positive_integer(value):
-    p = only_problem(conv("X", turn(max_tokens=value)))
-    assert p.message.startswith("turns.0.max_tokens: must be a positive integer, got")
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(True, "True"), (False, "False"), (0, "0"), (-3, "-3"), (2.5, "2.5"), ("8", "'8'")],
+)
+def test_max_tokens_must_be_a_positive_integer(value, shown):
+    assert refusal(OK, conv("X", turn(max_tokens=value))) == (
+        2,
+        f"turns.0.max_tokens: must be a positive integer, got {shown} (session 'X')",
+    )
 
 
 @pytest.mark.parametrize(
@@ -238,12 +295,15 @@ def test_max_tokens_must_be_a_positive_integer(value):
 )
 def test_delay_must_be_a_non_negative_number(value, message):
     line = '{"session_id":"X","turns":[{"messages":[{"role":"user"}],"delay":' + value + "}]}"
-    assert only_problem(line).message == f"{message} (session 'X')"
+    assert refusal(OK, line) == (2, f"{message} (session 'X')")
 
 
 def test_extra_may_not_replace_the_history():
-    p = only_problem(conv("X", turn(extra={"messages": []})))
-    assert p.message.startswith("turns.0.extra: may not set 'messages'")
+    assert refusal(OK, conv("X", turn(extra={"messages": []}))) == (
+        2,
+        "turns.0.extra: may not set 'messages': it would replace the conversation history "
+        "(session 'X')",
+    )
 
 
 @pytest.mark.parametrize(
@@ -258,28 +318,24 @@ def test_extra_may_not_replace_the_history():
     ],
 )
 def test_malformed_branch_entries(fields, message):
-    assert message in problems(conv("X", turn(**fields)), conv("c"))[0].message
+    found = problems(OK, conv("X", turn(**fields)), conv("c"))
+    assert found[0].line == 2
+    assert found[0].message.startswith(message)
 
 
 def test_line_that_is_not_an_object():
-    p = only_problem(conv("a"), "[1, 2]")
-    assert (p.line, p.message) == (
+    assert refusal(OK, "[1, 2]") == (
         2,
         "expected a JSON object (one conversation per line), got an array",
     )
 
 
 def test_line_that_is_not_utf8():
-    found = read_problems([json.dumps(conv("a")).encode(), b'\xff{"session_id": 1}'])
-    assert [(p.line, p.message) for p in found] == [
+    with pytest.raises(DatasetError) as caught:
+        read_dag_jsonl([json.dumps(OK).encode(), b'\xff{"session_id": 1}'], "raw.jsonl")
+    assert [(p.line, p.message) for p in caught.value.problems] == [
         (2, "invalid JSON: not UTF-8 text (byte 0xff at offset 0)")
     ]
-
-
-def read_problems(lines: list[bytes]):
-    with pytest.raises(DatasetError) as caught:
-        read_dag_jsonl(lines, "raw.jsonl")
-    return caught.value.problems
 
 
 def test_every_problem_in_one_pass_in_line_order():
@@ -321,24 +377,24 @@ def test_file_forms(tmp_path):
 
 
 def test_unreadable_files(tmp_path):
-    for path, reason in [(tmp_path / "missing", "No such file"), (tmp_path, "Is a directory")]:
-        with pytest.raises(DatasetError) as caught:
-            load_dag_jsonl(path)
-        assert reason in str(caught.value)
     broken = tmp_path / "broken.gz"
     broken.write_bytes(gzip.compress(b"x" * 1000)[:20])
-    with pytest.raises(DatasetError, match="cannot read"):
-        load_dag_jsonl(broken)
+    for path, reason in [
+        (tmp_path / "missing", "cannot read: No such file or directory"),
+        (tmp_path, "cannot read: Is a directory"),
+        (broken, "cannot read:"),
+    ]:
+        with pytest.raises(DatasetError) as caught:
+            load_dag_jsonl(path)
+        (problem,) = caught.value.problems
+        assert (problem.source, problem.line) == (str(path), None)
+        assert problem.message.startswith(reason)
 
 
 def test_turn_fields_are_kept_as_authored():
     tool = {"type": "function", "function": {"name": "f"}}
-    dataset = load(
-        conv(
-            "a", turn(model="m", max_tokens=7, tools=[tool], extra={"temperature": 0.5}, delay=12.5)
-        )
-    )
-    t = dataset.conversations["a"].turns[0]
+    authored = turn(model="m", max_tokens=7, tools=[tool], extra={"temperature": 0.5}, delay=12.5)
+    t = load(conv("a", authored)).conversations["a"].turns[0]
     assert (t.model, t.max_tokens, t.tools, t.extra, t.delay) == (
         "m",
         7,
