@@ -364,6 +364,16 @@ def test_problems_stop_at_a_sane_limit():
     assert found[-1].message.startswith("too many problems: stopped reading here")
 
 
+def test_whole_file_problems_stop_at_the_same_limit():
+    found = problems(*[conv(f"s{i}", turn(forks=[f"ghost{i}"])) for i in range(MAX_PROBLEMS + 5)])
+    assert len(found) == MAX_PROBLEMS + 1
+    assert [p.line for p in found[:-1]] == list(range(1, MAX_PROBLEMS + 1))
+    assert (found[-1].line, found[-1].message.split(";")[0]) == (
+        None,
+        f"too many problems: stopped checking after {MAX_PROBLEMS}",
+    )
+
+
 def test_file_forms(tmp_path):
     lines = encode(conv("root", turn(forks=["a"])), "", conv("a"))
     plain = tmp_path / "plain.jsonl"

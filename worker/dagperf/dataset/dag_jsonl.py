@@ -65,24 +65,20 @@ class SpawnEntry(BaseModel):
     )
 
 
-ForkItem = Annotated[
-    Annotated[SessionId, Tag("bare")] | Annotated[ForkEntry, Tag("object")],
-    Discriminator(
-        _entry_form,
-        custom_error_type="fork_entry",
-        custom_error_message="a forks entry must be a session id string "
-        'or an object {"child": ..., "background": ...}',
-    ),
-]
-SpawnItem = Annotated[
-    Annotated[SessionId, Tag("bare")] | Annotated[SpawnEntry, Tag("object")],
-    Discriminator(
-        _entry_form,
-        custom_error_type="spawn_entry",
-        custom_error_message="a spawns entry must be a session id string "
-        'or an object {"children": [...], "join_at": ...}',
-    ),
-]
+def _bare_or_object(model: type[BaseModel], key: str, shape: str) -> Any:
+    """A branch entry: a bare session id, or the object form `model`, with one clear error."""
+    return Annotated[
+        Annotated[SessionId, Tag("bare")] | Annotated[model, Tag("object")],
+        Discriminator(
+            _entry_form,
+            custom_error_type=f"{key}_entry",
+            custom_error_message=f"a {key} entry must be a session id string or an object {shape}",
+        ),
+    ]
+
+
+ForkItem = _bare_or_object(ForkEntry, "forks", '{"child": ..., "background": ...}')
+SpawnItem = _bare_or_object(SpawnEntry, "spawns", '{"children": [...], "join_at": ...}')
 #: Tags the discriminated unions above add to error locations; they are not keys in the file.
 UNION_TAGS = frozenset({"bare", "object"})
 

@@ -24,6 +24,12 @@ from dagperf.gcpause import gc_paused
 
 MAX_PROBLEMS = 100
 _GZIP_MAGIC = b"\x1f\x8b"
+_STOPPED_READING = (
+    f"too many problems: stopped reading here after {MAX_PROBLEMS}; fix these and validate again"
+)
+_STOPPED_CHECKING = (
+    f"too many problems: stopped checking after {MAX_PROBLEMS}; fix these and validate again"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,25 +136,26 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
                 for message in conversation_problems(conv):
                     report(lineno, message)
         if len(problems) >= MAX_PROBLEMS:
-            del problems[MAX_PROBLEMS:]
-            report(
-                lineno,
-                f"too many problems: stopped reading here after {MAX_PROBLEMS}; fix these and "
-                "validate again",
-            )
-            raise DatasetError(problems)
+            raise DatasetError(_capped(problems, Problem(source, lineno, _STOPPED_READING)))
 
     if not seen_a_line:
         report(None, "empty file: a dag_jsonl file needs at least one conversation line")
     # Whole-file rules still run when lines failed, so one pass shows everything; references to
     # a failed line's session are not reported as undeclared, since the line has its own error.
-    tail = sorted(file_problems(conversations, branches, line_of, unparsed), key=lambda p: p[0])
-    for lineno, message in tail[: max(0, MAX_PROBLEMS - len(problems))]:
+    for lineno, message in file_problems(conversations, branches, line_of, unparsed):
         report(lineno, message)
+        if len(problems) > MAX_PROBLEMS:
+            break
     if problems:
         problems.sort(key=lambda p: p.line or 0)
+        if len(problems) > MAX_PROBLEMS:
+            raise DatasetError(_capped(problems, Problem(source, None, _STOPPED_CHECKING)))
         raise DatasetError(problems)
     return DagDataset(source, conversations, line_of, branches)
+
+
+def _capped(problems: list[Problem], note: Problem) -> list[Problem]:
+    return [*problems[:MAX_PROBLEMS], note]
 
 
 def _session_id_of(raw: bytes) -> str | None:

@@ -88,50 +88,24 @@ def file_problems(
     as undeclared, since that line already has its own error.
     """
     fork_parent: dict[str, tuple[str, int | None]] = {}
-    children_of: dict[str, list[str]] = {}
+    children_of: dict[str, list[str]] = {sid: [] for sid in conversations}
     pre_session: list[tuple[str, str]] = []
     for sid in conversations:
-        line = lines[sid]
-        kids = children_of[sid] = []
         for branch in branches[sid]:
-            where = (
-                f"session '{sid}' pre_session_spawns"
-                if branch.turn is None
-                else f"session '{sid}' turn {branch.turn}"
-            )
             for child in branch.children:
                 if child not in conversations:
                     if child not in unparsed:
-                        yield line, _undeclared(where, child, conversations)
+                        yield lines[sid], _undeclared(sid, branch, child, conversations)
                     continue
-                kids.append(child)
+                children_of[sid].append(child)
+                here = (sid, branch.turn)
                 if branch.turn is None:
                     pre_session.append((sid, child))
-                elif branch.mode is BranchMode.FORK:
-                    if fork_parent.get(child) == (sid, branch.turn):
-                        continue  # listed twice on one turn: conversation_problems said so
-                    if child in fork_parent:
-                        parent, turn = fork_parent[child]
-                        yield (
-                            line,
-                            (
-                                f"session '{child}' forked by both '{parent}' turn {turn} and "
-                                f"'{sid}' turn {branch.turn}; FORK-mode children require a single "
-                                "parent, whose history they continue"
-                            ),
-                        )
-                    else:
-                        fork_parent[child] = (sid, branch.turn)
+                elif branch.mode is BranchMode.FORK and fork_parent.setdefault(child, here) != here:
+                    yield lines[sid], _two_fork_parents(child, fork_parent[child], here)
     for sid, child in pre_session:
         if child in fork_parent:
-            yield (
-                lines[sid],
-                (
-                    f"session '{child}' is referenced by '{sid}' pre_session_spawns but is also a "
-                    "FORK target; pre-session children must be SPAWN-mode (they have no parent "
-                    "history to inherit)"
-                ),
-            )
+            yield lines[sid], _pre_session_fork_target(sid, child)
     for child, (parent, _) in fork_parent.items():
         for problem in _system_messages(
             conversations[child].turns[0].messages,
@@ -141,6 +115,20 @@ def file_problems(
             yield lines[child], problem
     for cycle in _cycles(children_of):
         yield lines[cycle[-2]], "cycle detected: " + " -> ".join(cycle)
+
+
+def _pre_session_fork_target(sid: str, child: str) -> str:
+    return (
+        f"session '{child}' is referenced by '{sid}' pre_session_spawns but is also a FORK "
+        "target; pre-session children must be SPAWN-mode (they have no parent history to inherit)"
+    )
+
+
+def _two_fork_parents(child: str, first: tuple[str, int | None], second: tuple[str, int]) -> str:
+    return (
+        f"session '{child}' forked by both '{first[0]}' turn {first[1]} and '{second[0]}' turn "
+        f"{second[1]}; FORK-mode children require a single parent, whose history they continue"
+    )
 
 
 def _system_messages(messages: list[dict], prefix: str) -> Iterator[str]:
@@ -155,10 +143,15 @@ def _repeated(items: list[str]) -> list[str]:
     return [item for item, count in Counter(items).items() if count > 1]
 
 
-def _undeclared(where: str, child: str, conversations: dict[str, DagConversation]) -> str:
+def _undeclared(
+    sid: str, branch: Branch, child: str, conversations: dict[str, DagConversation]
+) -> str:
+    where = "pre_session_spawns" if branch.turn is None else f"turn {branch.turn}"
     known = sorted(conversations)
     shown = repr(known[:10])[:-1] + (f", ... {len(known) - 10} more]" if len(known) > 10 else "]")
-    message = f"{where}: branch target '{child}' not declared. Known sessions: {shown}"
+    message = (
+        f"session '{sid}' {where}: branch target '{child}' not declared. Known sessions: {shown}"
+    )
     # difflib is quadratic-ish; on huge files a suggestion is not worth seconds of CPU.
     if len(known) <= 10_000 and (close := difflib.get_close_matches(child, known, n=1)):
         message += f" (did you mean '{close[0]}'?)"
