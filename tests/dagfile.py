@@ -56,17 +56,18 @@ def check_tree(tree) -> None:
     nodes = tree.nodes
     inverse: list[list[int]] = [[] for _ in nodes]
     for j, node in enumerate(nodes):
-        for d in node.deps:
+        assert not set(node.deps) & set(node.join_deps)
+        for d in (*node.deps, *node.join_deps):
             inverse[d].append(j)
     for i, node in enumerate(nodes):
         assert node.history is None or node.history in node.deps, (i, node)
-        assert all(0 <= d < len(nodes) for d in node.deps)
+        assert all(0 <= d < len(nodes) for d in (*node.deps, *node.join_deps))
         assert sorted(node.dependents) == inverse[i]
         session = tree.sessions[node.session]
         assert session.first_node + node.turn == i
-    assert set(tree.entry) == {i for i, n in enumerate(nodes) if not n.deps}
+    assert set(tree.entry) == {i for i, n in enumerate(nodes) if not n.deps and not n.join_deps}
     # Kahn's algorithm visits every node exactly when the dependencies are acyclic.
-    waiting = [len(n.deps) for n in nodes]
+    waiting = [len(n.deps) + len(n.join_deps) for n in nodes]
     ready, visited = list(tree.entry), 0
     while ready:
         visited += 1

@@ -45,7 +45,7 @@ def test_terminal_fork_continues_the_parents_history_on_its_route():
             1,
             0,
         )
-    assert all(not n.joins for n in tree.nodes)
+    assert all(not n.join_deps for n in tree.nodes)
 
 
 def test_background_fork_lets_the_parent_continue_without_waiting():
@@ -69,9 +69,9 @@ def test_bare_spawn_starts_fresh_and_joins_on_the_next_turn():
         node_of(tree, *k) for k in [("p", 0), ("p", 1), ("p", 2), ("c", 0), ("c", 1)]
     )
     assert tree.nodes[c0].deps == (p0,) and tree.nodes[c0].history is None
-    assert tree.nodes[p1].deps == (p0, c1)  # the join waits for the child's last turn
+    assert tree.nodes[p1].deps == (p0,)
+    assert tree.nodes[p1].join_deps == (c1,)  # the join waits for the child's last turn
     assert tree.nodes[p1].history == p0  # but continues its own history only
-    assert tree.nodes[p1].joins == ("p:0",)
     assert tree.nodes[p2].deps == (p1,)
     child = session_of(tree, "c")
     assert (child.kind, child.parent, child.depth, child.route) == (SessionKind.SPAWN, 0, 1, 1)
@@ -82,7 +82,7 @@ def test_bare_spawn_on_the_last_turn_is_fire_and_forget():
     c0 = node_of(tree, "c", 0)
     assert tree.nodes[c0].deps == (node_of(tree, "p", 1),)
     assert tree.nodes[c0].dependents == ()
-    assert all(not n.joins for n in tree.nodes)
+    assert all(not n.join_deps for n in tree.nodes)
 
 
 def test_join_at_lets_the_parent_run_the_turns_between():
@@ -94,8 +94,8 @@ def test_join_at_lets_the_parent_run_the_turns_between():
     p = [node_of(tree, "p", k) for k in range(4)]
     assert tree.nodes[p[1]].deps == (p[0],)
     assert tree.nodes[p[2]].deps == (p[1],)
-    assert tree.nodes[p[3]].deps == (p[2], node_of(tree, "c", 1), node_of(tree, "d", 0))
-    assert tree.nodes[p[3]].joins == ("p:0",)
+    assert tree.nodes[p[3]].deps == (p[2],)
+    assert tree.nodes[p[3]].join_deps == (node_of(tree, "c", 1), node_of(tree, "d", 0))
 
 
 def test_fan_in_several_branches_gate_one_turn():
@@ -110,12 +110,8 @@ def test_fan_in_several_branches_gate_one_turn():
         conv("b"),
     )
     p2 = node_of(tree, "p", 2)
-    assert set(tree.nodes[p2].deps) == {
-        node_of(tree, "p", 1),
-        node_of(tree, "a", 0),
-        node_of(tree, "b", 0),
-    }
-    assert tree.nodes[p2].joins == ("p:0", "p:1")
+    assert tree.nodes[p2].deps == (node_of(tree, "p", 1),)
+    assert set(tree.nodes[p2].join_deps) == {node_of(tree, "a", 0), node_of(tree, "b", 0)}
 
 
 def test_multi_consumer_a_spawn_template_runs_once_per_reference():
@@ -127,8 +123,8 @@ def test_multi_consumer_a_spawn_template_runs_once_per_reference():
     first, second = session_of(tree_a, "critic", 0), session_of(tree_a, "critic", 1)
     assert first.first_node != second.first_node
     assert (first.branch_id, second.branch_id) == ("A:0", "A:1")
-    assert tree_a.nodes[node_of(tree_a, "A", 1)].deps == (node_of(tree_a, "A", 0), first.last_node)
-    assert tree_a.nodes[node_of(tree_a, "A", 2)].deps == (node_of(tree_a, "A", 1), second.last_node)
+    assert tree_a.nodes[node_of(tree_a, "A", 1)].join_deps == (first.last_node,)
+    assert tree_a.nodes[node_of(tree_a, "A", 2)].join_deps == (second.last_node,)
     assert session_of(tree_b, "critic").branch_id == "B:0"
 
 

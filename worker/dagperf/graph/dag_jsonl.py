@@ -7,8 +7,9 @@ branches, and every branch becomes edges:
   child routes with the parent. No join: a bare FORK ends the parent, a background one does not
   wait for it.
 - SPAWN: the child's turn 0 depends on the spawning turn, starts a fresh history and routes by
-  itself; the parent's `join_at` turn depends on the child's last turn (several branches may gate
-  one turn: fan-in). A bare SPAWN on the last turn gates nothing (fire-and-forget).
+  itself; the parent's `join_at` turn join-depends on the child's last turn, so it waits for the
+  child to end however it ends (several branches may gate one turn: fan-in). A bare SPAWN on the
+  last turn gates nothing (fire-and-forget).
 - pre-session SPAWN: the child depends on what the spawning session's turn 0 depends on, so it
   is released with it and sent first; it has no parent and gates nothing.
 
@@ -92,7 +93,7 @@ class _Draft:
     turn: int
     deps: list[int]
     history: int | None
-    joins: list[str] = field(default_factory=list)
+    join_deps: list[int] = field(default_factory=list)
 
 
 def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
@@ -122,15 +123,13 @@ def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
         drafts.append(_Draft(s, 0, list(start.trigger), start.history))
         drafts.extend(_Draft(s, k, [first + k - 1], first + k - 1) for k in range(1, n))
         if start.join is not None:
-            drafts[start.join].deps.append(first + n - 1)
+            drafts[start.join].join_deps.append(first + n - 1)
         if start.pre_session:
             sent_first.add(first)
         for branch in template.branches:
             pre = branch.turn is None
             spawner = None if pre else first + branch.turn
             join = None if branch.join_at is None else first + branch.join_at
-            if join is not None:
-                drafts[join].joins.append(branch.branch_id)
             fork = branch.mode is BranchMode.FORK
             for child in branch.children:
                 queue.append(
@@ -155,7 +154,7 @@ def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
 
     dependents: list[list[int]] = [[] for _ in drafts]
     for i, draft in enumerate(drafts):
-        for dep in draft.deps:
+        for dep in (*draft.deps, *draft.join_deps):
             dependents[dep].append(i)
     nodes = []
     for i, d in enumerate(drafts):
@@ -167,10 +166,10 @@ def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
                 template.payloads[d.turn],
                 template.delays[d.turn],
                 tuple(d.deps),
+                tuple(d.join_deps),
                 d.history,
                 send_order(dependents[i]),
-                tuple(d.joins),
             )
         )
-    entry = send_order([i for i, d in enumerate(drafts) if not d.deps])
+    entry = send_order([i for i, d in enumerate(drafts) if not d.deps and not d.join_deps])
     return Tree(tuple(sessions), tuple(nodes), entry)

@@ -5,9 +5,12 @@ instances) and its nodes (one request each). The scheduler runs a tree by counti
 dependencies; it needs nothing else to get FORK, SPAWN, joins, fan-in or diamonds right, because
 the compiler has already turned each of them into edges:
 
-- `deps`: the nodes that must finish before this one is ready (the previous turn, the turn that
-  spawned this session, the children a join waits for, or any parents of a general graph);
-- `history`: at most one of those, whose context plus captured reply this node's messages are
+- `deps`: the nodes that must succeed before this one can be sent (the previous turn, the turn
+  that spawned this session, or the parents of a general graph); if one fails, this node is not
+  sent, and neither is anything that needs it;
+- `join_deps`: the nodes that must end, however they end, before this one can be sent (the last
+  turns of the children a join waits for): a failed or cut-short child releases its parent;
+- `history`: at most one of `deps`, whose context plus captured reply this node's messages are
   appended to (the previous turn, or the FORK parent's turn); None starts a fresh history;
 - `Session.route`: the session whose routing key this one uses. A FORK child takes its parent's,
   so a whole FORK lineage lands on one worker; roots and SPAWN children route by their own.
@@ -68,9 +71,9 @@ class Node(NamedTuple):
     payload: Payload
     delay_s: float  # waited after the node is ready, before it is sent
     deps: tuple[int, ...]
+    join_deps: tuple[int, ...]
     history: int | None
-    dependents: tuple[int, ...]  # inverse of deps; nodes released together are in send order
-    joins: tuple[str, ...] = ()  # branch ids whose children this node waits for (BranchStats)
+    dependents: tuple[int, ...]  # inverse of both kinds; nodes released together in send order
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +82,7 @@ class Tree:
 
     sessions: tuple[Session, ...]
     nodes: tuple[Node, ...]
-    entry: tuple[int, ...]  # nodes with no dependencies, in send order
+    entry: tuple[int, ...]  # nodes with no dependencies of either kind, in send order
 
     @property
     def root(self) -> Session:
