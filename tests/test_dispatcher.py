@@ -1,0 +1,412 @@
+"""The dispatcher's rules, driven event by event with a fake clock: no sockets, no sleeping."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from dagfile import conv, load, turn
+
+from dagperf.config import LoadConfig
+from dagperf.engine import Dispatcher, Flight, Phase
+from dagperf.graph import compile_dag_jsonl
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Harness:
+    """A dispatcher with fake time, numbered ids, and helpers that read flights by name."""
+
+    def __init__(self, *lines, workers=("w1",), **load):
+        self.clock = Clock()
+        ids = itertools.count(1)
+        graph = compile_dag_jsonl(load_lines(lines))
+        self.d = Dispatcher(graph, LoadConfig(**load), self.clock, new_id=lambda: f"id{next(ids)}")
+        for worker in workers:
+            self.d.add_worker(worker)
+        self.d.begin()
+        self.flying: dict[str, Flight] = {}
+        self.log: list[str] = []  # every send, in order, as "conversation:turn"
+        self.flights: list[Flight] = []
+
+    def name(self, flight: Flight) -> str:
+        node = flight.run.tree.nodes[flight.node]
+        session = flight.run.tree.sessions[node.session]
+        return f"{session.conversation_id}:{node.turn}"
+
+    def sent(self) -> list[str]:
+        """Drain the dispatcher's sends; return their names."""
+        names = []
+        for flight in self.d.drain_sends():
+            name = self.name(flight)
+            self.flying[name] = flight
+            self.log.append(name)
+            self.flights.append(flight)
+            names.append(name)
+        return names
+
+    def finish(self, name: str, ok: bool = True, cancelled: bool = False) -> list[str]:
+        """Complete one in-flight request by name; return what that released."""
+        self.sent()
+        flight = self.flying.pop(name)
+        assert self.d.complete(flight.credit, ok, cancelled) is flight
+        return self.sent()
+
+    def drain(self) -> None:
+        """Complete everything, oldest first, until nothing is in flight."""
+        self.sent()
+        while self.flying:
+            self.finish(next(iter(self.flying)))
+
+    def advance(self, seconds: float) -> list[str]:
+        self.clock.now += seconds
+        self.d.tick()
+        return self.sent()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return self.d.branch_stats.as_dict()
+
+
+def load_lines(lines):
+    return load(*lines)
+
+
+EXAMPLE = (
+    conv("root", turn(forks=["a", "b"])),
+    conv("a", turn(), turn()),
+    conv("b", turn(), turn()),
+)
+
+
+def stats(**nonzero: int) -> dict[str, int]:
+    base = dict.fromkeys(
+        [
+            "children_spawned",
+            "children_completed",
+            "children_errored",
+            "children_truncated",
+            "parents_suspended",
+            "parents_resumed",
+            "parents_failed_due_to_child_error",
+            "joins_suppressed",
+        ],
+        0,
+    )
+    return base | nonzero
+
+
+def test_fork_children_go_out_when_the_parent_returns_and_stay_on_its_worker():
+    h = Harness(*EXAMPLE, workers=("w1", "w2", "w3", "w4"))
+    assert h.sent() == ["root:0"]
+    assert h.finish("root:0") == ["a:0", "b:0"]
+    assert h.finish("a:0") == ["a:1"]
+    assert h.finish("b:0") == ["b:1"]
+    h.drain()
+    assert h.d.finished
+    assert len({f.worker for f in h.flights}) == 1
+    assert h.stats == stats(children_spawned=2, children_completed=2)
+
+
+def test_a_fork_lineage_is_pinned_and_spawns_spread():
+    lines = [conv(f"r{i}", turn(forks=[f"f{i}"], spawns=[f"s{i}"])) for i in range(40)]
+    lines += [conv(f"f{i}", turn(), turn()) for i in range(40)]
+    lines += [conv(f"s{i}") for i in range(40)]
+    h = Harness(*lines, workers=("w1", "w2", "w3"), concurrency=40)
+    flights: list[Flight] = []
+    while not h.d.finished:
+        batch = h.d.drain_sends()
+        flights += batch
+        for f in batch:
+            h.d.complete(f.credit, True)
+    by_run: dict[int, dict[str, str]] = {}
+    for f in flights:
+        session = f.run.tree.sessions[f.run.tree.nodes[f.node].session]
+        by_run.setdefault(f.run.id, {}).setdefault(session.kind, set()).add(f.worker)
+    for kinds in by_run.values():
+        assert kinds["fork"] == kinds["root"]  # the FORK child (both turns) on its root's worker
+    assert len({w for kinds in by_run.values() for w in kinds["spawn"]}) == 3
+    assert len({w for kinds in by_run.values() for w in kinds["root"]}) == 3
+
+
+def test_metadata_ids():
+    h = Harness(*EXAMPLE)
+    h.sent()
+    h.finish("root:0")
+    root, a0 = h.log.index("root:0"), h.log.index("a:0")
+    flights = {h.name(f): f for f in [h.flying["a:0"], h.flying["b:0"]]}
+    run = flights["a:0"].run
+    assert run.correlation[0] == "id1"  # the root session's id, made when it was first sent
+    assert flights["a:0"].request_num == 1 and flights["b:0"].request_num == 2
+    assert (root, a0) == (0, 1)
+    assert run.correlation[1] != run.correlation[2]
+
+
+def test_bare_spawn_suspends_the_parent_until_the_child_drains():
+    h = Harness(conv("p", turn(spawns=["c"]), turn()), conv("c", turn(), turn()))
+    assert h.sent() == ["p:0"]
+    assert h.finish("p:0") == ["c:0"]  # p:1 waits: the parent is suspended at its join
+    assert h.stats["parents_suspended"] == 1
+    assert h.finish("c:0") == ["c:1"]
+    assert h.finish("c:1") == ["p:1"]
+    h.drain()
+    assert h.stats == stats(
+        children_spawned=1, children_completed=1, parents_suspended=1, parents_resumed=1
+    )
+
+
+def test_join_at_lets_the_parent_run_the_turns_between():
+    h = Harness(
+        conv("p", turn(spawns=[{"children": ["c"], "join_at": 2}]), turn(), turn()),
+        conv("c", turn(), turn()),
+    )
+    h.sent()
+    assert h.finish("p:0") == ["p:1", "c:0"]
+    assert h.finish("p:1") == []  # p:2 waits for c
+    assert h.finish("c:0") == ["c:1"]
+    assert h.finish("c:1") == ["p:2"]
+    h.drain()
+    assert h.stats["parents_suspended"] == h.stats["parents_resumed"] == 1
+
+
+def test_children_that_finish_before_the_join_do_not_suspend_the_parent():
+    h = Harness(
+        conv("p", turn(spawns=[{"children": ["c"], "join_at": 2}]), turn(), turn()), conv("c")
+    )
+    h.sent()
+    h.finish("p:0")
+    assert h.finish("c:0") == []
+    assert h.finish("p:1") == ["p:2"]
+    h.drain()
+    assert h.stats == stats(children_spawned=1, children_completed=1)
+
+
+def test_fan_in_waits_for_every_branch():
+    h = Harness(
+        conv("p", turn(spawns=[{"children": ["a"], "join_at": 2}]), turn(spawns=["b"]), turn()),
+        conv("a"),
+        conv("b"),
+    )
+    h.sent()
+    assert h.finish("p:0") == ["p:1", "a:0"]
+    assert h.finish("p:1") == ["b:0"]
+    assert h.finish("b:0") == []
+    assert h.finish("a:0") == ["p:2"]
+
+
+def test_background_fork_runs_beside_the_parent():
+    h = Harness(
+        conv("p", turn(forks=[{"child": "c", "background": True}]), turn()),
+        conv("c", turn(), turn()),
+    )
+    h.sent()
+    assert h.finish("p:0") == ["p:1", "c:0"]
+    assert h.finish("p:1") == []  # the parent ended; the child goes on
+    assert h.finish("c:0") == ["c:1"]
+    h.drain()
+    assert h.stats == stats(children_spawned=1, children_completed=1)
+
+
+def test_pre_session_spawns_go_out_before_turn_0_and_gate_nothing():
+    h = Harness(conv("r", turn(), turn(), pre_session_spawns=["x"]), conv("x", turn(), turn()))
+    assert h.sent() == ["x:0", "r:0"]
+    assert h.finish("r:0") == ["r:1"]
+    assert h.finish("r:1") == []
+    h.drain()
+    assert h.log == ["x:0", "r:0", "r:1", "x:1"]
+    assert h.stats == stats(children_spawned=1, children_completed=1)
+
+
+def test_delay_holds_a_turn_back():
+    h = Harness(conv("p", turn(), turn(delay=250)))
+    h.sent()
+    assert h.finish("p:0") == []
+    assert h.d.next_deadline() == pytest.approx(h.clock.now + 0.25)
+    assert h.advance(0.2) == []
+    assert h.advance(0.05) == ["p:1"]
+
+
+def test_concurrency_slot_frees_when_the_roots_last_turn_returns():
+    h = Harness(
+        conv("r1", turn(forks=["c1"])), conv("c1", turn(), turn()), conv("r2"), concurrency=1
+    )
+    assert h.sent() == ["r1:0"]
+    assert h.finish("r1:0") == ["c1:0", "r2:0"]  # c1 still runs in r1's slot
+    h.drain()
+    assert h.log == ["r1:0", "c1:0", "r2:0", "c1:1"]
+
+
+def test_max_inflight_caps_everything_in_flight():
+    lines = [conv("r", turn(forks=[f"c{i}" for i in range(5)]))] + [conv(f"c{i}") for i in range(5)]
+    h = Harness(*lines, max_inflight=2)
+    h.sent()
+    assert h.finish("r:0") == ["c0:0", "c1:0"]
+    assert h.finish("c0:0") == ["c2:0"]
+    assert h.d.progress().in_flight == 2
+
+
+def test_request_count_is_a_literal_cap_that_truncates_children():
+    h = Harness(
+        conv("p", turn(spawns=["c"]), turn()), conv("c", turn(), turn(), turn()), request_count=3
+    )
+    h.sent()
+    h.finish("p:0")  # sends c:0
+    h.finish("c:0")  # sends c:1, the third request: the cap
+    assert h.d.closed_reason == "request count reached"
+    assert h.finish("c:1") == []
+    assert h.d.finished
+    assert h.log == ["p:0", "c:0", "c:1"]
+    assert h.stats == stats(
+        children_spawned=1, children_truncated=1, parents_suspended=1, joins_suppressed=1
+    )
+
+
+def test_num_conversations_counts_roots_and_never_truncates_children():
+    h = Harness(*EXAMPLE, num_conversations=2)
+    h.drain()
+    assert h.d.finished
+    assert h.log.count("root:0") == 2 and len(h.log) == 10
+    assert h.d.progress().expected == 10
+    assert h.stats == stats(children_spawned=4, children_completed=4)
+
+
+def test_default_runs_each_root_once():
+    h = Harness(conv("r1"), conv("r2", turn(spawns=["c"])), conv("c"))
+    assert h.d.progress().expected == 3
+    h.drain()
+    assert sorted(h.log) == ["c:0", "r1:0", "r2:0"]
+
+
+def test_duration_stops_sending_then_cancels_after_the_grace_period():
+    h = Harness(conv("r", turn(), turn()), benchmark_duration=10, benchmark_grace_period=5)
+    h.sent()
+    for _ in range(3):  # roots are unlimited: the duration is the stop
+        h.finish(next(iter(h.flying)))
+    assert list(h.flying) == ["r:1"]
+    assert h.advance(10) == []
+    assert h.d.closed_reason == "benchmark duration reached"
+    assert h.d.drain_cancels() == []
+    h.advance(5)
+    (cancel,) = h.d.drain_cancels()
+    h.finish(h.name(cancel), ok=False, cancelled=True)
+    assert h.d.finished
+
+
+def test_request_rate_is_poisson_and_seeded():
+    def arrivals(seed):
+        h = Harness(conv("r"), request_rate=100, request_count=400, random_seed=seed)
+        times = []
+        while not h.d.closed_reason:
+            for _ in h.sent():
+                times.append(h.clock.now)
+            h.clock.now = h.d.next_deadline()
+            h.d.tick()
+        return times
+
+    first = arrivals(7)
+    assert first == arrivals(7) and first != arrivals(8)
+    gaps = [b - a for a, b in itertools.pairwise(first)]
+    assert 0.008 < sum(gaps) / len(gaps) < 0.012  # mean 1/100 s, 400 samples
+
+
+def test_warmup_runs_first_and_is_not_counted():
+    h = Harness(*EXAMPLE, warmup_request_count=2)
+    assert h.d.phase is Phase.WARMUP
+    h.sent()
+    h.finish("root:0")  # sends a:0, the warmup cap; b:0 is elided
+    assert h.d.phase is Phase.WARMUP
+    h.finish("a:0")
+    assert h.d.phase is Phase.PROFILING
+    h.drain()
+    assert h.d.finished
+    assert h.d.progress().sent == 5
+    assert h.stats == stats(children_spawned=2, children_completed=2)
+
+
+def test_a_failed_turn_skips_what_needs_it_and_releases_its_parent():
+    h = Harness(
+        conv("p", turn(spawns=["c"]), turn()),
+        conv("c", turn(forks=[{"child": "g", "background": True}]), turn()),
+        conv("g"),
+    )
+    h.sent()
+    h.finish("p:0")
+    assert h.finish("c:0", ok=False) == ["p:1"]  # c:1 and g are skipped; the join is released
+    h.drain()
+    assert h.log == ["p:0", "c:0", "p:1"]
+    assert h.d.progress().errors == 1
+    assert h.stats == stats(
+        children_spawned=1, children_errored=1, parents_suspended=1, parents_resumed=1
+    )
+
+
+def test_fail_fast_cancels_everything_on_the_first_child_error():
+    h = Harness(conv("p", turn(spawns=["a", "b"]), turn()), conv("a"), conv("b"), fail_fast=True)
+    h.sent()
+    h.finish("p:0")
+    h.finish("a:0", ok=False)
+    assert h.d.failure.startswith("--fail-fast: child 'a' turn 0 failed")
+    (cancel,) = h.d.drain_cancels()
+    assert h.name(cancel) == "b:0"
+    h.finish("b:0", ok=False, cancelled=True)
+    assert h.d.finished
+    assert h.stats == stats(
+        children_spawned=2,
+        children_errored=1,
+        children_truncated=1,
+        parents_suspended=1,
+        parents_failed_due_to_child_error=1,
+    )
+
+
+def test_losing_a_worker_fails_its_flights_and_ends_the_sessions_it_held():
+    lines = [conv(f"r{i}", turn(forks=[f"c{i}"])) for i in range(6)]
+    lines += [conv(f"c{i}", turn(), turn()) for i in range(6)]
+    h = Harness(*lines, workers=("w1", "w2"), concurrency=6)
+    h.sent()
+    for i in range(6):
+        h.finish(f"r{i}:0")
+    on_w1 = sorted(n for n, f in h.flying.items() if f.worker == "w1")
+    assert on_w1
+    lost = h.d.remove_worker("w1")
+    assert sorted(h.name(f) for f in lost) == on_w1
+    for name in on_w1:
+        del h.flying[name]
+    h.drain()
+    assert h.d.finished and h.d.failure is None
+    assert h.d.progress().errors == len(on_w1)
+    assert h.stats["children_errored"] == len(on_w1)
+    assert h.stats["children_completed"] == 6 - len(on_w1)
+    assert "w1" not in h.d.router
+
+
+def test_losing_every_worker_fails_the_run():
+    h = Harness(conv("r", turn(), turn()))
+    h.sent()
+    h.d.remove_worker("w1")
+    assert h.d.finished
+    assert h.d.failure == "every worker was lost"
+
+
+def test_interrupt_cancels_what_is_in_flight():
+    h = Harness(*EXAMPLE)
+    h.sent()
+    h.finish("root:0")
+    h.d.interrupt("interrupted")
+    assert sorted(h.name(f) for f in h.d.drain_cancels()) == ["a:0", "b:0"]
+    h.finish("a:0", ok=False, cancelled=True)
+    h.finish("b:0", ok=False, cancelled=True)
+    assert h.d.finished
+    assert h.stats == stats(children_spawned=2, children_truncated=2)
+
+
+def test_unknown_credits_are_ignored():
+    h = Harness(*EXAMPLE)
+    h.sent()
+    assert h.d.complete(999, True) is None

@@ -1,0 +1,118 @@
+"""What a run is asked to do: the endpoint to load and the load to put on it.
+
+One definition for every way in: the `dagperf profile` and `dagperf scheduler` flags fill these
+models, the operator will fill them from a Benchmark spec, and the exports record them (with the
+API key redacted). Field names follow `aiperf profile`'s flags, which users already know.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+class LoadConfig(BaseModel):
+    """How requests are issued and when the run stops."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Root conversations in flight at once; children run in their root's slot, "
+        "which frees when the root's last turn returns.",
+    )
+    request_rate: float | None = Field(
+        default=None, gt=0, description="Roots started per second, with Poisson arrivals."
+    )
+    request_count: int | None = Field(
+        default=None, ge=1, description="Stop after sending this many requests, children included."
+    )
+    num_conversations: int | None = Field(
+        default=None,
+        ge=1,
+        description="Root conversations to run; their children always run to the end. Defaults "
+        "to each root once when no other stop condition is given.",
+    )
+    benchmark_duration: float | None = Field(
+        default=None, gt=0, description="Stop sending after this many seconds."
+    )
+    benchmark_grace_period: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds to wait for requests in flight after the duration ends; then they "
+        "are cancelled.",
+    )
+    warmup_request_count: int = Field(
+        default=0,
+        ge=0,
+        description="Requests sent, and waited for, before measuring; not in the exports.",
+    )
+    max_inflight: int | None = Field(
+        default=None, ge=1, description="Hard cap on requests in flight, children included."
+    )
+    fail_fast: bool = Field(
+        default=False,
+        description="Cancel all pending and in-flight work on the first child error.",
+    )
+    random_seed: int | None = Field(default=None, description="Seed for request arrival times.")
+
+
+class EndpointConfig(BaseModel):
+    """The server under test and the shape of the requests sent to it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(description="Server base URL; a missing scheme means http://.")
+    endpoint_type: Literal["chat", "completions"] = Field(
+        default="chat", description="OpenAI API to call."
+    )
+    endpoint: str | None = Field(
+        default=None, description="Request path, when not the standard one for the type."
+    )
+    model: str = Field(min_length=1, description="Model name for turns that do not set one.")
+    streaming: bool = Field(default=False, description="Stream responses (server-sent events).")
+    api_key: SecretStr | None = Field(default=None, description="Bearer token for the server.")
+    extra_inputs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Fields added to every request body; a turn's own `extra` wins.",
+    )
+    request_timeout_seconds: float = Field(
+        default=600.0, gt=0, description="Per-request timeout, from send to the last byte."
+    )
+    session_affinity_header: str = Field(
+        default="X-Session-Affinity",
+        description="Header carrying each request's routing key (a FORK tree's root key), so "
+        "KV-aware routers keep siblings together; empty to send none.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _with_scheme(cls, url: str) -> str:
+        url = url.strip().rstrip("/")
+        if "://" not in url:
+            url = "http://" + url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        return url
+
+    @model_validator(mode="after")
+    def _endpoint_path(self) -> EndpointConfig:
+        if self.endpoint is not None and not self.endpoint.startswith("/"):
+            raise ValueError(f"endpoint must be a path starting with '/', got {self.endpoint!r}")
+        return self
+
+    @property
+    def request_url(self) -> str:
+        return self.url + (self.endpoint or ENDPOINT_PATHS[self.endpoint_type])
+
+    def redacted(self) -> dict[str, Any]:
+        """For exports and logs: the API key never leaves the process."""
+        out = self.model_dump(mode="json")
+        out["api_key"] = "<redacted>" if self.api_key else None
+        return out

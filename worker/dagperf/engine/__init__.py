@@ -1,0 +1,16 @@
+"""The scheduler's functional core: which request goes where and when, fed events, no I/O."""
+
+from dagperf.engine.branch_stats import BranchStats
+from dagperf.engine.dispatcher import Dispatcher, Flight, Phase, Progress
+from dagperf.engine.runs import NodeState, SessionState, TreeRun
+
+__all__ = [
+    "BranchStats",
+    "Dispatcher",
+    "Flight",
+    "NodeState",
+    "Phase",
+    "Progress",
+    "SessionState",
+    "TreeRun",
+]

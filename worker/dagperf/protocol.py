@@ -1,0 +1,124 @@
+"""The messages between the scheduler and its workers, and how they travel over ZeroMQ.
+
+Every message is two frames after the ROUTER's identity frame: the protocol version, then one
+msgspec Struct encoded as MessagePack, told apart by its tag. msgspec decodes straight into typed
+structs with no intermediate dicts, which keeps both ends cheap at thousands of requests per
+second; the hot messages (credits and results) are batched and encoded as arrays, not maps.
+
+A frame that is not this version, not MessagePack, or not a known message raises `BadMessage`;
+the receiver logs it and carries on, so a stray or newer peer can never take a run down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+VERSION = b"dagperf/1"
+
+
+class WorkerSettings(msgspec.Struct, frozen=True):
+    """Everything a worker needs to send requests, except the API key (from its environment)."""
+
+    url: str  # the full request URL
+    endpoint_type: str  # "chat" or "completions"
+    streaming: bool
+    timeout_s: float
+    affinity_header: str  # empty: do not send one
+
+
+class Hello(msgspec.Struct, tag="hello", frozen=True):
+    worker_id: str
+    incarnation: str  # random per process: a restarted worker with the same id is a new one
+    pid: int
+
+
+class Welcome(msgspec.Struct, tag="welcome", frozen=True):
+    settings: WorkerSettings
+    heartbeat_s: float
+
+
+class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True):
+    in_flight: int
+
+
+class Credit(msgspec.Struct, array_like=True, frozen=True):
+    """One request to send. The body is `params` plus the messages, after the history of node
+    `history` of the same tree run, whose context this worker holds."""
+
+    id: int
+    run: int
+    node: int
+    history: int  # -1: a fresh history
+    keep: int  # how many later nodes will continue this node's history here
+    messages: list[dict[str, Any]]
+    params: dict[str, Any]
+    request_id: str
+    correlation_id: str
+    routing_key: str
+
+
+class Credits(msgspec.Struct, tag="credits", frozen=True):
+    items: list[Credit]
+
+
+class ErrorInfo(msgspec.Struct, frozen=True):
+    code: int | None
+    type: str
+    message: str
+
+
+class Result(msgspec.Struct, array_like=True, frozen=True):
+    """What happened to one credit; metric values are in the units of `metrics.catalog`."""
+
+    credit: int
+    start_ns: int
+    ack_ns: int | None
+    end_ns: int
+    metrics: dict[str, Any]
+    error: ErrorInfo | None = None
+    cancelled_ns: int | None = None
+
+
+class Results(msgspec.Struct, tag="results", frozen=True):
+    items: list[Result]
+
+
+class Cancel(msgspec.Struct, tag="cancel", frozen=True):
+    credits: list[int]
+
+
+class Forget(msgspec.Struct, tag="forget", frozen=True):
+    """Tree runs that are over: drop any history kept for them."""
+
+    runs: list[int]
+
+
+class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
+    reason: str
+
+
+Message = Hello | Welcome | Heartbeat | Credits | Results | Cancel | Forget | Shutdown
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+class BadMessage(ValueError):
+    pass
+
+
+def encode(message: Message) -> list[bytes]:
+    return [VERSION, _encoder.encode(message)]
+
+
+def decode(frames: list[bytes]) -> Message:
+    if len(frames) != 2:
+        raise BadMessage(f"expected 2 frames, got {len(frames)}")
+    if frames[0] != VERSION:
+        raise BadMessage(f"unsupported protocol {bytes(frames[0])[:32]!r}, expected {VERSION!r}")
+    try:
+        return _decoder.decode(frames[1])
+    except msgspec.DecodeError as e:
+        raise BadMessage(str(e)) from None
