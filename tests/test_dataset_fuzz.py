@@ -13,10 +13,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dagfile import check_tree
 from dagperf.cli import main
 from dagperf.dataset import DatasetError, read_dag_jsonl
 from dagperf.graph import compile_dag_jsonl
+
+from dagfile import check_tree
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

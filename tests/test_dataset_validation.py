@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from dagfile import conv, encode, load, problems, refusal, turn, user
 from dagperf.dataset import MAX_PROBLEMS, DatasetError, load_dag_jsonl, read_dag_jsonl
+
+from dagfile import conv, encode, load, problems, refusal, turn, user
 
 SYSTEM = {"role": "system", "content": "be brief"}
 OK = conv("ok")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from dagfile import conv, load, turn
 
 from dagperf.config import LoadConfig
 from dagperf.engine import Dispatcher, Flight, Phase
 from dagperf.graph import compile_dag_jsonl
+
+from dagfile import conv, load, turn
 
 
 class Clock:

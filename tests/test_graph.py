@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dagfile import check_tree, conv, load, turn, user
 from dagperf.dataset import DatasetError, load_dag_jsonl
 from dagperf.graph import SessionKind, Tree, compile_dag_jsonl
+
+from dagfile import check_tree, conv, load, turn, user
 
 
 def compile_lines(*lines) -> list[Tree]:
