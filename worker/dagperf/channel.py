@@ -1,0 +1,81 @@
+"""A ZeroMQ socket driven by the asyncio event loop, without a future per message.
+
+The socket is an ordinary (blocking-API) pyzmq socket used only with NOBLOCK; the loop watches
+its file descriptor and, when it signals, every waiting message is drained in one go and handed
+to a callback, followed by one `on_drained` call in which the owner flushes its replies as one
+batch. ZeroMQ's descriptor is edge-triggered and a send can consume the edge, so after each
+send the socket is checked again and a drain is scheduled if messages are waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import zmq
+
+from dagperf import protocol
+
+log = logging.getLogger(__name__)
+
+
+class Channel:
+    def __init__(
+        self,
+        socket: zmq.Socket,
+        on_message: Callable[[list[bytes]], None],
+        on_drained: Callable[[], None] = lambda: None,
+    ):
+        self.socket = socket
+        self._on_message = on_message
+        self._on_drained = on_drained
+        self._loop = asyncio.get_running_loop()
+        self._scheduled = False
+        self._closed = False
+        self._loop.add_reader(socket.getsockopt(zmq.FD), self._drain)
+        self._loop.call_soon(self._drain)  # messages may have arrived before we watched
+
+    def send(self, frames: list[bytes]) -> None:
+        try:
+            self.socket.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("dropped a message: the peer is not reading (send queue full)")
+        self._recheck()
+
+    def _recheck(self) -> None:
+        if not self._scheduled and self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self._closed:
+            return
+        received = False
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            received = True
+            self._on_message(frames)
+            if self._closed:
+                return
+        if received:
+            self._on_drained()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._loop.remove_reader(self.socket.getsockopt(zmq.FD))
+            self.socket.close(linger=0)
+
+
+def receive(frames: list[bytes]) -> protocol.Message | None:
+    """Decode a message, or log why not and return None: a bad message is never fatal."""
+    try:
+        return protocol.decode(frames)
+    except protocol.BadMessage as e:
+        log.warning("dropped a malformed message: %s", e)
+        return None

@@ -1,0 +1,116 @@
+"""One timed HTTP exchange with the server under test.
+
+The clock starts when the request is handed to aiohttp; each network read is stamped as it
+arrives, and every event in it that carries output (content, reasoning or a tool call) takes
+that stamp, so time to first token is when the first output byte was read, not when it was
+parsed. Several events in one read share a stamp, as they arrived together.
+
+Nothing escapes as an exception except cancellation: HTTP errors, error events in a stream,
+malformed bodies, timeouts and refused or dropped connections all end up in `error`, with an
+HTTP code where there is one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from dagperf.protocol import ErrorInfo
+from dagperf.replies import MalformedResponse, Reply, ServerError, decode
+from dagperf.sse import SSEParser
+
+_DONE = b"[DONE]"
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Times are epoch nanoseconds (`*_ns`) or perf-counter nanoseconds (`*_perf`)."""
+
+    start_ns: int = 0
+    start_perf: int = 0
+    ack_ns: int | None = None
+    end_ns: int = 0
+    end_perf: int = 0
+    output_perf: list[int] = field(default_factory=list)  # each output-bearing event
+    reply: Reply = field(default_factory=Reply)
+    streamed: bool = False
+    error: ErrorInfo | None = None
+
+
+async def exchange(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    timeout: aiohttp.ClientTimeout,
+    out: Exchange,
+) -> None:
+    """Send one request and fill `out`; `out` keeps what happened so far if cancelled."""
+    out.start_ns = time.time_ns()
+    out.start_perf = time.perf_counter_ns()
+    try:
+        async with session.post(url, data=body, headers=headers, timeout=timeout) as response:
+            out.ack_ns = time.time_ns()
+            if response.status >= 400:
+                out.error = _http_error(response.status, response.reason, await response.read())
+            elif response.content_type == "text/event-stream":
+                out.streamed = True
+                await _read_stream(response, out)
+            else:
+                out.reply.add_body(await response.read())
+    except ServerError as e:
+        out.error = ErrorInfo(e.code, e.kind, str(e))
+    except MalformedResponse as e:
+        out.error = ErrorInfo(None, "MalformedResponse", str(e))
+    except TimeoutError:
+        out.error = ErrorInfo(
+            None, "TimeoutError", f"no complete response within {timeout.total} s"
+        )
+    except aiohttp.ClientConnectorError as e:
+        out.error = ErrorInfo(None, "ConnectionError", str(e))
+    except aiohttp.ClientError as e:  # disconnects, payload errors, bad HTTP from the server
+        out.error = ErrorInfo(None, type(e).__name__, str(e) or type(e).__name__)
+    finally:
+        out.end_perf = time.perf_counter_ns()
+        out.end_ns = out.start_ns + (out.end_perf - out.start_perf)
+
+
+async def _read_stream(response: aiohttp.ClientResponse, out: Exchange) -> None:
+    parser = SSEParser()
+    reply = out.reply
+    stamps = out.output_perf
+    async for chunk in response.content.iter_any():
+        now = time.perf_counter_ns()
+        for event in parser.feed(chunk):
+            if event.data == _DONE:
+                return
+            if event.name == b"error":
+                raise _event_error(event.data)
+            if reply.add_chunk(event.data):
+                stamps.append(now)
+    for event in parser.close():
+        if event.data != _DONE and reply.add_chunk(event.data):
+            stamps.append(time.perf_counter_ns())
+
+
+def _event_error(data: bytes) -> ServerError:
+    try:
+        decode(data)
+    except ServerError as e:
+        return e
+    except MalformedResponse:
+        pass
+    return ServerError(None, "StreamError", data.decode("utf-8", "replace")[:500])
+
+
+def _http_error(status: int, reason: str | None, raw: bytes) -> ErrorInfo:
+    try:
+        decode(raw)
+        message = raw.decode("utf-8", "replace")[:500]
+    except ServerError as e:
+        message = str(e)
+    except MalformedResponse:
+        message = raw.decode("utf-8", "replace")[:500]
+    return ErrorInfo(status, reason or "HTTPError", message or reason or f"HTTP {status}")

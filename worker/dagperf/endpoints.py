@@ -1,0 +1,70 @@
+"""Request bodies for the two OpenAI APIs, and the reply a turn leaves in its history.
+
+A body is `params` (model, max_tokens, tools, stream, the run's extra inputs, then the turn's own
+`extra`, which wins) plus the conversation: the history followed by the turn's messages. The
+scheduler computes `params` once per authored turn; the worker adds the history it holds. Chat
+sends the messages as they are; completions renders them as one prompt text.
+
+History is pure append: a turn's context is its history parent's context, then the captured
+reply, then its own messages. The reply keeps the content and the tool calls and drops reasoning,
+which chat templates do not send back to the model; when there is no content, the reasoning
+text stands in, so the next turn still sees what the model said.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dagperf.config import EndpointConfig
+from dagperf.graph import Payload
+
+Message = dict[str, Any]
+
+
+def request_params(payload: Payload, endpoint: EndpointConfig) -> dict[str, Any]:
+    """Every body field of one authored turn except the conversation."""
+    params: dict[str, Any] = {"model": payload.model or endpoint.model}
+    if endpoint.streaming:
+        params["stream"] = True
+        params["stream_options"] = {"include_usage": True}
+    if payload.max_tokens is not None:
+        params["max_tokens"] = payload.max_tokens
+    if payload.tools is not None:
+        params["tools"] = payload.tools
+    params.update(endpoint.extra_inputs)
+    if payload.extra:
+        params.update(payload.extra)
+    return params
+
+
+def request_body(endpoint_type: str, params: dict[str, Any], messages: list[Message]) -> dict:
+    if endpoint_type == "chat":
+        return {"messages": messages, **params}
+    return {"prompt": prompt_text(messages), **params}
+
+
+def prompt_text(messages: list[Message]) -> str:
+    """The conversation as one completions prompt: each message's text, one per line."""
+    return "\n".join(message_text(m) for m in messages)
+
+
+def message_text(message: Message) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal parts: their text
+        return "".join(p["text"] for p in content if isinstance(p, dict) and "text" in p)
+    if message.get("tool_calls"):
+        return json.dumps(message["tool_calls"])
+    return ""
+
+
+def captured_reply(content: str, reasoning: str, tool_calls: list[dict] | None) -> Message:
+    """The assistant message a turn appends to its history."""
+    reply: Message = {"role": "assistant", "content": content or reasoning}
+    if tool_calls:
+        reply["tool_calls"] = tool_calls
+        if not content:
+            reply["content"] = None  # a pure tool call carries no text
+    return reply

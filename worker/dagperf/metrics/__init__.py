@@ -1,0 +1,1 @@
+"""Metrics: what each request measured (`record`) and how a phase sums them up (`summary`)."""

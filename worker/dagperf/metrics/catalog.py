@@ -1,0 +1,53 @@
+"""Every metric dagperf reports: its name, unit and label, as AIPerf users know them.
+
+Per-request metrics are computed by the worker that sent the request and travel in its result;
+aggregates are computed by the scheduler over a phase. Names and units match AIPerf's exports,
+so scripts written for `profile_export.jsonl` and `profile_export_aiperf.json` keep working.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Metric(NamedTuple):
+    name: str
+    unit: str
+    label: str
+
+
+def _table(*rows: tuple[str, str, str]) -> dict[str, Metric]:
+    return {name: Metric(name, unit, label) for name, unit, label in rows}
+
+
+#: Per-request values, aggregated over requests (list values are aggregated over every element).
+RECORD = _table(
+    ("request_latency", "ms", "Request Latency"),
+    ("time_to_first_token", "ms", "Time to First Token"),
+    ("time_to_second_token", "ms", "Time to Second Token"),
+    ("inter_token_latency", "ms", "Inter Token Latency"),
+    ("inter_chunk_latency", "ms", "Inter Chunk Latency"),
+    ("output_token_throughput_per_user", "tokens/sec/user", "Output Token Throughput Per User"),
+    ("output_sequence_length", "tokens", "Output Sequence Length"),
+    ("input_sequence_length", "tokens", "Input Sequence Length"),
+    ("reasoning_token_count", "tokens", "Reasoning Token Count"),
+    ("usage_prompt_tokens", "tokens", "Usage Prompt Tokens"),
+    ("usage_completion_tokens", "tokens", "Usage Completion Tokens"),
+    ("usage_prompt_cache_read_tokens", "tokens", "Usage Prompt Cache Read Tokens"),
+    ("usage_reasoning_tokens", "tokens", "Usage Reasoning Tokens"),
+    ("error_isl", "tokens", "Error Input Sequence Length"),
+)
+
+#: One value per phase.
+AGGREGATE = _table(
+    ("request_throughput", "requests/sec", "Request Throughput"),
+    ("output_token_throughput", "tokens/sec", "Output Token Throughput"),
+    ("request_count", "requests", "Request Count"),
+    ("error_request_count", "requests", "Error Request Count"),
+    ("request_error_rate", "%", "Request Error Rate"),
+    ("benchmark_duration", "sec", "Benchmark Duration"),
+    ("total_isl", "tokens", "Total Input Sequence Length"),
+    ("total_osl", "tokens", "Total Output Sequence Length"),
+)
+
+UNITS = {m.name: m.unit for m in (*RECORD.values(), *AGGREGATE.values())}

@@ -1,0 +1,186 @@
+"""Summing up a phase: per-metric distributions and the run's aggregates, in bounded memory.
+
+A `Distribution` keeps count, sum, min, max and variance exactly (Welford), and its values
+exactly up to `EXACT_LIMIT`, so small runs get numpy's percentiles, the same figures a user
+computes from `profile_export.jsonl`. Past the limit the values fold into a histogram of
+logarithmic buckets 0.1% wide: percentiles stay within 0.1% of the exact ones, and memory no
+longer grows with the run, only with the spread of the values.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from dagperf.metrics.catalog import AGGREGATE, RECORD
+from dagperf.protocol import ErrorInfo, Result
+
+PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
+EXACT_LIMIT = 65_536
+MAX_ERROR_KINDS = 100  # distinct error messages kept; messages can carry timings
+_RATIO = 1.001
+_LOG_RATIO = math.log(_RATIO)
+
+
+class Distribution:
+    __slots__ = ("_buckets", "_exact", "_m2", "_mean", "_zeros", "count", "max", "min", "sum")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+        self._mean = 0.0
+        self._m2 = 0.0
+        self._exact: array | None = array("d")
+        self._buckets: Counter[int] = Counter()  # signed bucket index -> count; 0 excluded
+        self._zeros = 0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.sum += value
+        self.min = min(self.min, value)
+        self.max = max(self.max, value)
+        delta = value - self._mean
+        self._mean += delta / self.count
+        self._m2 += delta * (value - self._mean)
+        if self._exact is not None:
+            self._exact.append(value)
+            if len(self._exact) > EXACT_LIMIT:
+                for v in self._exact:
+                    self._bucket(v)
+                self._exact = None
+        else:
+            self._bucket(value)
+
+    def _bucket(self, value: float) -> None:
+        if value == 0:
+            self._zeros += 1
+            return
+        index = math.floor(math.log(abs(value)) / _LOG_RATIO)
+        # Positive values take even keys, negative ones odd: one Counter, and order is restored
+        # by decoding the keys when percentiles are asked for.
+        self._buckets[index * 2 if value > 0 else index * 2 + 1] += 1
+
+    def percentiles(self, points: tuple[float, ...] = PERCENTILES) -> list[float]:
+        if not self.count:
+            return [math.nan] * len(points)
+        if self._exact is not None:
+            return [float(p) for p in np.percentile(np.frombuffer(self._exact), points)]
+        return self._histogram_percentiles(points)
+
+    def _histogram_percentiles(self, points: tuple[float, ...]) -> list[float]:
+        values, counts = [], []
+        for key, n in self._buckets.items():
+            index, negative = divmod(key, 2)
+            middle = math.exp((index + 0.5) * _LOG_RATIO)
+            values.append(-middle if negative else middle)
+            counts.append(n)
+        if self._zeros:
+            values.append(0.0)
+            counts.append(self._zeros)
+        order = np.argsort(values)
+        values_sorted = np.asarray(values)[order]
+        cumulative = np.cumsum(np.asarray(counts)[order])
+        out = []
+        for p in points:
+            rank = p / 100 * (self.count - 1)  # numpy's linear method, on bucket midpoints
+            below = values_sorted[np.searchsorted(cumulative, math.floor(rank) + 1)]
+            above = values_sorted[np.searchsorted(cumulative, math.ceil(rank) + 1)]
+            value = below + (above - below) * (rank - math.floor(rank))
+            out.append(float(min(max(value, self.min), self.max)))
+        return out
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self._m2 / self.count) if self.count else math.nan
+
+    def stats(self) -> dict[str, float]:
+        """AIPerf's statistics for one metric (population standard deviation)."""
+        out = {"avg": self.sum / self.count if self.count else math.nan}
+        out |= {f"p{p}": v for p, v in zip(PERCENTILES, self.percentiles(), strict=True)}
+        out |= {"min": self.min, "max": self.max, "std": self.std, "count": self.count}
+        out["sum"] = self.sum
+        return out
+
+
+class PhaseSummary:
+    """Everything the exports say about a phase, fed one result at a time."""
+
+    def __init__(self) -> None:
+        self.distributions: dict[str, Distribution] = {}
+        self.ok = 0
+        self.errors: Counter[ErrorInfo] = Counter()
+        self.cancelled = 0
+        self.first_start_ns: int | None = None
+        self.last_end_ns: int | None = None
+
+    def add(self, result: Result) -> None:
+        if self.first_start_ns is None or result.start_ns < self.first_start_ns:
+            self.first_start_ns = result.start_ns
+        if self.last_end_ns is None or result.end_ns > self.last_end_ns:
+            self.last_end_ns = result.end_ns
+        if result.error is not None:
+            error = result.error
+            if error not in self.errors and len(self.errors) >= MAX_ERROR_KINDS:
+                error = ErrorInfo(error.code, error.type, "(other messages)")
+            self.errors[error] += 1
+            self.cancelled += result.cancelled_ns is not None
+        else:
+            self.ok += 1
+        for name, value in result.metrics.items():
+            distribution = self.distributions.get(name)
+            if distribution is None:
+                distribution = self.distributions[name] = Distribution()
+            if isinstance(value, list):
+                for v in value:
+                    distribution.add(v)
+            else:
+                distribution.add(value)
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def duration_s(self) -> float:
+        if self.first_start_ns is None or self.last_end_ns is None:
+            return 0.0
+        return (self.last_end_ns - self.first_start_ns) / 1e9
+
+    def metric_stats(self) -> dict[str, dict[str, Any]]:
+        """Per-request metrics: unit plus statistics, in catalog order."""
+        return {
+            name: {"unit": metric.unit, **self.distributions[name].stats()}
+            for name, metric in RECORD.items()
+            if name in self.distributions and self.distributions[name].count
+        }
+
+    def aggregates(self) -> dict[str, float]:
+        duration = self.duration_s
+        osl = self.distributions.get("output_sequence_length")
+        isl = self.distributions.get("input_sequence_length")
+        total_osl = osl.sum if osl else 0.0
+        total = self.ok + self.error_count
+        values = {
+            "request_throughput": self.ok / duration if duration else 0.0,
+            "output_token_throughput": total_osl / duration if duration else 0.0,
+            "request_count": float(self.ok),
+            "error_request_count": float(self.error_count),
+            "request_error_rate": 100.0 * self.error_count / total if total else 0.0,
+            "benchmark_duration": duration,
+            "total_isl": isl.sum if isl else 0.0,
+            "total_osl": total_osl,
+        }
+        assert values.keys() == AGGREGATE.keys()
+        return values
+
+    def error_summary(self) -> list[dict[str, Any]]:
+        return [
+            {"error_details": {"code": e.code, "type": e.type, "message": e.message}, "count": n}
+            for e, n in self.errors.most_common()
+        ]

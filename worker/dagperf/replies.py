@@ -1,0 +1,175 @@
+"""What a server said: content, reasoning, tool calls, usage, or an error, from chunks or a body.
+
+Stream chunks and whole bodies of both APIs decode into one tolerant shape (unknown fields are
+ignored; `reasoning_content` and `reasoning` both count as reasoning), straight from bytes with
+msgspec. Errors come as `{"error": {...}}` (OpenAI) or `{"object": "error", ...}` (vLLM), inside
+a stream or as the body of a failed response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from dagperf.endpoints import captured_reply
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    message: _Delta | None = None
+    text: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: dict[str, Any] | None = None
+    completion_tokens_details: dict[str, Any] | None = None
+
+
+class _Body(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+    object: str | None = None
+    message: str | None = None
+    type: str | None = None
+    code: Any = None
+
+
+_decode = msgspec.json.Decoder(_Body).decode
+
+
+class ServerError(Exception):
+    """The server reported an error in the body or mid-stream."""
+
+    def __init__(self, code: int | None, kind: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.kind = kind
+
+
+class MalformedResponse(Exception):
+    pass
+
+
+def decode(raw: bytes) -> _Body:
+    try:
+        body = _decode(raw)
+    except msgspec.DecodeError as e:
+        raise MalformedResponse(f"not an OpenAI response object: {e}: {raw[:200]!r}") from None
+    if body.error is not None or body.object == "error":
+        raise server_error(body)
+    return body
+
+
+def server_error(body: _Body) -> ServerError:
+    detail = body.error if isinstance(body.error, dict) else {}
+    message = detail.get("message") or body.message or str(body.error or "error")
+    kind = detail.get("type") or body.type or "ServerError"
+    code = detail.get("code", body.code)
+    return ServerError(code if isinstance(code, int) else None, str(kind), str(message))
+
+
+class Reply:
+    """Everything one request got back, accumulated chunk by chunk or from one body."""
+
+    __slots__ = ("content", "reasoning", "tool_calls", "usage")
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.usage: _Usage | None = None
+
+    def add_chunk(self, raw: bytes) -> bool:
+        """Fold in one stream chunk; True when it carried output (content or reasoning)."""
+        body = decode(raw)
+        if body.usage is not None:
+            self.usage = body.usage
+        output = False
+        for choice in body.choices or ():
+            delta = choice.delta
+            if delta is None:
+                if choice.text:
+                    self.content.append(choice.text)
+                    output = True
+                continue
+            if delta.content:
+                self.content.append(delta.content)
+                output = True
+            thought = delta.reasoning_content or delta.reasoning
+            if thought:
+                self.reasoning.append(thought)
+                output = True
+            if delta.tool_calls:
+                self._merge_tool_calls(delta.tool_calls)
+                output = True
+        return output
+
+    def add_body(self, raw: bytes) -> None:
+        """A whole non-streaming response."""
+        body = decode(raw)
+        self.usage = body.usage
+        for choice in (body.choices or [])[:1]:
+            message = choice.message
+            if message is None:
+                self.content.append(choice.text or "")
+                continue
+            self.content.append(message.content or "")
+            self.reasoning.append(message.reasoning_content or message.reasoning or "")
+            if message.tool_calls:
+                self.tool_calls = dict(enumerate(message.tool_calls))
+
+    def _merge_tool_calls(self, deltas: list[dict[str, Any]]) -> None:
+        """Stream tool calls arrive as fragments keyed by index; arguments concatenate."""
+        for fragment in deltas:
+            index = fragment.get("index", len(self.tool_calls))
+            call = self.tool_calls.setdefault(index, {"type": "function", "function": {}})
+            for key in ("id", "type"):
+                if fragment.get(key):
+                    call[key] = fragment[key]
+            function = fragment.get("function") or {}
+            target = call["function"]
+            if function.get("name"):
+                target["name"] = target.get("name", "") + function["name"]
+            if function.get("arguments") is not None:
+                target["arguments"] = target.get("arguments", "") + function["arguments"]
+
+    @property
+    def text(self) -> str:
+        return "".join(self.content)
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(self.reasoning)
+
+    def message(self) -> dict[str, Any]:
+        calls = [self.tool_calls[k] for k in sorted(self.tool_calls)] or None
+        return captured_reply(self.text, self.reasoning_text, calls)
+
+    def usage_counts(self) -> dict[str, int]:
+        """Server-reported token counts, by metric name, where the server gave them."""
+        usage = self.usage
+        if usage is None:
+            return {}
+        out = {}
+        if usage.prompt_tokens is not None:
+            out["usage_prompt_tokens"] = usage.prompt_tokens
+        if usage.completion_tokens is not None:
+            out["usage_completion_tokens"] = usage.completion_tokens
+        cached = (usage.prompt_tokens_details or {}).get("cached_tokens")
+        if isinstance(cached, int):
+            out["usage_prompt_cache_read_tokens"] = cached
+        reasoning = (usage.completion_tokens_details or {}).get("reasoning_tokens")
+        if isinstance(reasoning, int):
+            out["usage_reasoning_tokens"] = reasoning
+        return out

@@ -1,0 +1,53 @@
+"""Server-sent events, parsed incrementally from whatever byte chunks the network delivers.
+
+Follows the WHATWG framing: lines end in LF, CRLF or CR; a blank line ends an event; `data:`
+lines accumulate (joined by LF), `event:` names the event, lines starting with `:` are comments
+(keep-alives), other fields are ignored. An event split across reads is held until it is whole,
+so callers see each event once, stamped with the read that completed it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Event(NamedTuple):
+    data: bytes
+    name: bytes  # b"" unless the server sent an `event:` line
+
+
+class SSEParser:
+    __slots__ = ("_buffer", "_data", "_name", "_pending_cr")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[bytes] = []
+        self._name = b""
+        self._pending_cr = False  # a chunk ended in CR: a following LF belongs to it
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        if self._pending_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._pending_cr = chunk.endswith(b"\r")
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = (self._buffer + chunk).split(b"\n")
+        self._buffer = lines.pop()  # the unfinished tail, if any
+        events: list[Event] = []
+        for line in lines:
+            if not line:
+                if self._data:
+                    events.append(Event(b"\n".join(self._data), self._name))
+                self._data = []
+                self._name = b""
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                self._data.append(value[1:] if value.startswith(b" ") else value)
+            elif line.startswith(b"event:"):
+                self._name = line[6:].strip()
+            # comments (":") and other fields carry nothing for us
+        return events
+
+    def close(self) -> list[Event]:
+        """Events left when the stream ends without a final blank line."""
+        return self.feed(b"\n\n") if (self._buffer or self._data) else []

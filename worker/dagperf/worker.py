@@ -1,0 +1,289 @@
+"""The worker role: send the requests the scheduler routes here, and hold their histories.
+
+A worker connects a DEALER socket under its identity (a pod name plus a process index, or a
+local name), says Hello until the scheduler Welcomes it with the endpoint settings, then serves
+credits as they come, each as its own task, and streams results back in batches. The API key is
+read from this process's environment, never from the scheduler.
+
+Histories live here: when a credit says `keep`, the request's full context (history, its own
+messages and the captured reply) is kept for that many later requests of the same tree run,
+which the scheduler routes to this worker because they share its routing key. A history is
+dropped after its last use, or when the scheduler says the run is over.
+
+If the scheduler stays silent for `scheduler_timeout` seconds, the worker drops everything and
+says Hello again, so a worker pod outlives a scheduler restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import aiohttp
+import msgspec
+import zmq
+
+from dagperf import protocol
+from dagperf.channel import Channel, receive
+from dagperf.client import Exchange, exchange
+from dagperf.endpoints import request_body
+from dagperf.metrics.record import error_metrics, request_metrics
+
+log = logging.getLogger(__name__)
+
+_json = msgspec.json.Encoder()
+HELLO_INTERVAL_S = 0.5
+
+
+class Worker:
+    def __init__(self, scheduler: str, worker_id: str, scheduler_timeout: float = 30.0):
+        self.scheduler = scheduler
+        self.worker_id = worker_id
+        self.scheduler_timeout = scheduler_timeout
+        self.incarnation = secrets.token_hex(8)
+        self._histories: dict[int, dict[int, list]] = {}  # run -> node -> [messages, uses left]
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._outbox: list[protocol.Result] = []
+        self._settings: protocol.WorkerSettings | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._heard = 0.0
+        self._stop = asyncio.Event()
+        self._welcomed = asyncio.Event()
+
+    async def run(self) -> None:
+        context = zmq.Context.instance()
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.IDENTITY, self.worker_id.encode())
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.SNDHWM, 0)
+        socket.setsockopt(zmq.RCVHWM, 0)
+        socket.connect(self.scheduler)
+        self._channel = Channel(socket, self._on_message, self._flush)
+        try:
+            while not self._stop.is_set():
+                await self._register()
+                await self._serve_until_silent()
+        finally:
+            await self._reset()
+            self._channel.close()
+
+    async def _register(self) -> None:
+        hello = protocol.Hello(self.worker_id, self.incarnation, os.getpid())
+        while not self._welcomed.is_set() and not self._stop.is_set():
+            self._send(hello)
+            try:
+                await asyncio.wait_for(self._welcomed.wait(), HELLO_INTERVAL_S)
+            except TimeoutError:
+                continue
+
+    async def _serve_until_silent(self) -> None:
+        assert self._settings is not None
+        interval = self._heartbeat_s
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
+            self._send(protocol.Heartbeat(len(self._tasks)))
+            if time.monotonic() - self._heard > self.scheduler_timeout:
+                log.warning(
+                    "no word from the scheduler for %.0f s: registering again",
+                    self.scheduler_timeout,
+                )
+                await self._reset()
+                return
+
+    async def _reset(self) -> None:
+        """Forget the current scheduler: cancel its requests and drop every history."""
+        self._welcomed.clear()
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._histories.clear()
+        self._outbox.clear()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # --- messages from the scheduler ---------------------------------------------------------
+
+    def _on_message(self, frames: list[bytes]) -> None:
+        message = receive(frames)
+        if message is None:
+            return
+        self._heard = time.monotonic()
+        if isinstance(message, protocol.Credits):
+            if self._session is None:
+                log.warning(
+                    "dropped %d credits that arrived before the Welcome", len(message.items)
+                )
+                return
+            for credit in message.items:
+                self._tasks[credit.id] = asyncio.ensure_future(self._serve(credit))
+        elif isinstance(message, protocol.Welcome):
+            self._welcome(message)
+        elif isinstance(message, protocol.Cancel):
+            for credit in message.credits:
+                task = self._tasks.get(credit)
+                if task is not None:
+                    task.cancel()
+        elif isinstance(message, protocol.Forget):
+            for run in message.runs:
+                self._histories.pop(run, None)
+        elif isinstance(message, protocol.Shutdown):
+            log.info("scheduler says: %s", message.reason)
+            self._stop.set()
+        # Heartbeats only prove the scheduler is alive.
+
+    def _welcome(self, message: protocol.Welcome) -> None:
+        if self._welcomed.is_set():
+            return
+        settings = message.settings
+        self._settings = settings
+        self._heartbeat_s = message.heartbeat_s
+        self._timeout = aiohttp.ClientTimeout(total=settings.timeout_s)
+        headers = {"Content-Type": "application/json", "User-Agent": "dagperf"}
+        if key := os.environ.get("OPENAI_API_KEY"):
+            headers["Authorization"] = f"Bearer {key}"
+        if settings.streaming:
+            headers["Accept"] = "text/event-stream"
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers=headers,
+            trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        self._welcomed.set()
+        log.info("registered with %s as %s", self.scheduler, self.worker_id)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    async def _serve(self, credit: protocol.Credit) -> None:
+        settings = self._settings
+        assert settings is not None and self._session is not None
+        ex = Exchange()
+        messages = self._context(credit)
+        if messages is None:
+            error = protocol.ErrorInfo(
+                None,
+                "MissingHistory",
+                f"this worker holds no history for node {credit.history} of run {credit.run}",
+            )
+            self._finish(credit, ex, error_metrics(0), error)
+            return
+        body = request_body(settings.endpoint_type, credit.params, messages)
+        raw = _json.encode(body)
+        headers = {"X-Request-ID": credit.request_id, "X-Correlation-ID": credit.correlation_id}
+        if settings.affinity_header:
+            headers[settings.affinity_header] = credit.routing_key
+        try:
+            await exchange(self._session, settings.url, raw, headers, self._timeout, ex)
+        except asyncio.CancelledError:
+            now = time.time_ns()
+            started = ex.start_ns or now
+            message = f"Request was cancelled after {(now - started) / 1e9:.3f} seconds"
+            error = protocol.ErrorInfo(499, "RequestCancellationError", message)
+            self._finish(credit, ex, error_metrics(len(raw)), error, cancelled_ns=now)
+            return
+        if ex.error is not None:
+            self._finish(credit, ex, error_metrics(len(raw)), ex.error)
+            return
+        if credit.keep:
+            context = [*messages, ex.reply.message()]
+            self._histories.setdefault(credit.run, {})[credit.node] = [context, credit.keep]
+        self._finish(credit, ex, request_metrics(ex, len(raw)), None)
+
+    def _context(self, credit: protocol.Credit) -> list[dict[str, Any]] | None:
+        """History followed by this turn's messages; None when the history is not here."""
+        if credit.history < 0:
+            return list(credit.messages)
+        held = self._histories.get(credit.run, {})
+        entry = held.get(credit.history)
+        if entry is None:
+            return None
+        entry[1] -= 1
+        if not entry[1]:
+            del held[credit.history]
+        return [*entry[0], *credit.messages]
+
+    def _finish(
+        self,
+        credit: protocol.Credit,
+        ex: Exchange,
+        metrics: dict[str, Any],
+        error: protocol.ErrorInfo | None,
+        cancelled_ns: int | None = None,
+    ) -> None:
+        self._tasks.pop(credit.id, None)
+        start = ex.start_ns or time.time_ns()
+        end = ex.end_ns or time.time_ns()
+        result = protocol.Result(credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns)
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(result)
+
+    def _flush(self) -> None:
+        if self._outbox:
+            self._send(protocol.Results(self._outbox))
+            self._outbox = []
+
+    def _send(self, message: protocol.Message) -> None:
+        self._channel.send(protocol.encode(message))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def serve_workers(
+    scheduler: str, worker_id: str, processes: int, scheduler_timeout: float, log_flags: list[str]
+) -> int:
+    """The `dagperf worker` command: one worker here, or `processes` child processes named
+    `<worker_id>-<index>`. Runs until the scheduler shuts them down or a signal stops them."""
+    if processes == 1:
+        return asyncio.run(_serve_one(scheduler, worker_id, scheduler_timeout))
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dagperf",
+                "worker",
+                "--scheduler",
+                scheduler,
+                "--worker-id",
+                f"{worker_id}-{index}",
+                "--processes",
+                "1",
+                "--scheduler-timeout",
+                str(scheduler_timeout),
+                *log_flags,
+            ]
+        )
+        for index in range(processes)
+    ]
+
+    def forward(sig: int, _frame: object) -> None:
+        for child in children:
+            child.send_signal(sig)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return max(child.wait() for child in children)
+
+
+async def _serve_one(scheduler: str, worker_id: str, scheduler_timeout: float) -> int:
+    worker = Worker(scheduler, worker_id, scheduler_timeout)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, worker.stop)
+    await worker.run()
+    return 0
