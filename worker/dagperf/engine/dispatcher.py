@@ -354,7 +354,8 @@ class Dispatcher:
         run.workers.add(worker)
         run.nodes[i] = NodeState.SENT
         self._credits += 1
-        flight = Flight(self._credits, run, i, worker, self._phase, self._sent, self._new_id())
+        request_id = run.request_ids[i] = self._new_id()
+        flight = Flight(self._credits, run, i, worker, self._phase, self._sent, request_id)
         self._inflight[flight.credit] = flight
         self._sends.append(flight)
         self._sent += 1

@@ -56,6 +56,7 @@ class TreeRun:
         "open",
         "phase",
         "pins",
+        "request_ids",
         "sessions",
         "suspended",
         "template",
@@ -73,6 +74,7 @@ class TreeRun:
         self.nodes = bytearray(len(tree.nodes))
         self.sessions = bytearray(len(tree.sessions))
         self.correlation: list[str | None] = [None] * len(tree.sessions)
+        self.request_ids: list[str | None] = [None] * len(tree.nodes)  # once sent
         self.pins: dict[int, str] = {}  # route session -> the worker holding its history
         self.open = len(tree.nodes)  # nodes not yet ended
         self.suspended: set[int] = set()  # join nodes whose parent waits on children

@@ -48,6 +48,7 @@ class SimRecord:
     reasoning_tokens: int = 0
     body: Any = None
     headers: dict[str, str] | None = None
+    reply: str | None = None  # the content sent, when bodies are recorded
     done: bool = field(default=False, repr=False)
 
 
@@ -135,6 +136,8 @@ class Simulator:
             finish=finish,
             usage=_usage(len(prompt), cached, length, reasoning),
         )
+        if cfg.record_bodies:
+            record.reply = "".join(reply.texts()[1])
         first_due = start + ttft_ms / 1000
         if not record.stream:
             await _sleep_until(loop, first_due + (length - 1) * cfg.itl_ms / 1000)
@@ -228,7 +231,7 @@ class _Reply:
     finish: str
     usage: dict[str, Any]
 
-    def _texts(self) -> tuple[list[str], list[str]]:
+    def texts(self) -> tuple[list[str], list[str]]:
         """Token texts, reasoning then content; each content run starts without a space."""
         texts = [w if i in (0, self.reasoning) else " " + w for i, w in enumerate(self.words)]
         return texts[: self.reasoning], texts[self.reasoning :]
@@ -242,7 +245,7 @@ class _Reply:
 
     def chunks(self) -> list[bytes]:
         prefix = self._prefix()
-        thinking, content = self._texts()
+        thinking, content = self.texts()
         out = []
         for i, text in enumerate(thinking + content):
             if not self.chat:
@@ -265,7 +268,7 @@ class _Reply:
         return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
     def whole(self) -> dict[str, Any]:
-        thinking, content = self._texts()
+        thinking, content = self.texts()
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
             if thinking:

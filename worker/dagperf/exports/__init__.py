@@ -1,0 +1,1 @@
+"""The files a run leaves in its artifact directory, in the layouts AIPerf users parse."""

@@ -1,0 +1,40 @@
+"""`inputs.json`: the request body each conversation's turns would send, before any history.
+
+One entry per conversation in the order the trees reach them, with a payload per turn: what the
+turn authors plus the endpoint's fields, as `{"data": [{"session_id", "payloads"}]}`. Written as
+a stream, so a large dataset is never held twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from dagperf.config import EndpointConfig
+from dagperf.endpoints import request_body, request_params
+from dagperf.graph import RequestGraph
+
+
+def write_inputs(path: Path, graph: RequestGraph, endpoint: EndpointConfig) -> None:
+    encode = msgspec.json.Encoder().encode
+    seen: set[str] = set()
+    with path.open("wb") as f:
+        f.write(b'{"data": [')
+        for tree in graph.trees:
+            for session in tree.sessions:
+                if session.conversation_id in seen:
+                    continue
+                nodes = tree.nodes[session.first_node : session.last_node + 1]
+                payloads = [
+                    request_body(
+                        endpoint.endpoint_type,
+                        request_params(node.payload, endpoint),
+                        node.payload.messages,
+                    )
+                    for node in nodes
+                ]
+                f.write(b",\n" if seen else b"\n")
+                f.write(encode({"session_id": session.conversation_id, "payloads": payloads}))
+                seen.add(session.conversation_id)
+        f.write(b"\n]}\n")

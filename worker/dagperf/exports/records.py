@@ -1,0 +1,82 @@
+"""`profile_export.jsonl`: one line per request, written as results arrive.
+
+Lines go through a large write buffer straight to disk, so memory holds only what is in flight;
+the file is flushed when the run ends (and by `flush`, which the scheduler calls now and then so
+a crash loses little).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from dagperf.engine import Flight
+from dagperf.graph import SessionKind
+from dagperf.metrics.catalog import UNITS
+from dagperf.protocol import Result
+
+
+def record(flight: Flight, result: Result, issued_ns: int) -> dict[str, Any]:
+    run = flight.run
+    tree = run.tree
+    node = tree.nodes[flight.node]
+    session = tree.sessions[node.session]
+    parent = None if session.parent is None else run.correlation[session.parent]
+    error = result.error
+    metadata = {
+        "session_num": flight.request_num,
+        "x_request_id": flight.request_id,
+        "x_correlation_id": run.correlation[node.session],
+        "conversation_id": session.conversation_id,
+        "turn_index": node.turn,
+        "credit_issued_ns": issued_ns,
+        "request_start_ns": result.start_ns,
+        "request_ack_ns": result.ack_ns,
+        "request_end_ns": result.end_ns,
+        "worker_id": flight.worker,
+        "record_processor_id": "scheduler",
+        "benchmark_phase": flight.phase.label,
+        "was_cancelled": result.cancelled_ns is not None,
+        "cancellation_time_ns": result.cancelled_ns,
+        "agent_depth": session.depth,
+        "parent_correlation_id": parent,
+        "root_correlation_id": run.correlation[0],
+        "branch_id": session.branch_id,
+        "branch_mode": session.kind.value if session.kind is not SessionKind.ROOT else None,
+        # The requests this one waited for: the export is a DAG that can be checked on its own.
+        "depends_on": [
+            run.request_ids[d] for d in (*node.deps, *node.join_deps) if run.request_ids[d]
+        ],
+        "delay_ms": node.delay_s * 1000,
+    }
+    metrics = {
+        name: {"value": value, "unit": UNITS[name]} for name, value in result.metrics.items()
+    }
+    return {
+        "metadata": metadata,
+        "metrics": metrics,
+        "error": None
+        if error is None
+        else {"code": error.code, "type": error.type, "message": error.message},
+    }
+
+
+class RecordWriter:
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = path.open("wb", buffering=1 << 20)
+        self._encode = msgspec.json.Encoder().encode
+        self.count = 0
+
+    def write(self, line: dict[str, Any]) -> None:
+        self._file.write(self._encode(line))
+        self._file.write(b"\n")
+        self.count += 1
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

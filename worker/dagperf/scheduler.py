@@ -1,0 +1,370 @@
+"""The scheduler role: the imperative shell around the dispatcher.
+
+It binds a ROUTER socket, registers workers (Hello / Welcome), watches their heartbeats, feeds
+the dispatcher every result and timer, and turns the dispatcher's decisions into batched Credits,
+Cancels and Forgets. Every profiling result becomes a line of `profile_export.jsonl` as it
+arrives and a sample of the phase summary; the summary files are written when the run ends.
+
+A worker that stops heartbeating for `worker_timeout_s` (or whose process the local driver sees
+exit) is lost: its requests in flight become error records and the sessions it held end. After
+a cancellation, results get `cancel_timeout_s` to come back before the requests still missing
+are recorded as cancelled by the scheduler itself, so a hung worker cannot hold a run open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from dagperf import protocol
+from dagperf.channel import Channel, receive
+from dagperf.config import EndpointConfig, LoadConfig
+from dagperf.endpoints import request_params
+from dagperf.engine import Dispatcher, Flight, Phase, Progress
+from dagperf.exports.inputs import write_inputs
+from dagperf.exports.records import RecordWriter, record
+from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
+from dagperf.graph import RequestGraph
+from dagperf.metrics.summary import PhaseSummary
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerError(Exception):
+    """The run could not start or could not go on; the message says why."""
+
+
+@dataclass
+class Artifacts:
+    directory: Path
+    input_config: dict[str, Any]
+    run_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def records(self) -> Path:
+        return self.directory / "profile_export.jsonl"
+
+    @property
+    def summary_json(self) -> Path:
+        return self.directory / "profile_export_aiperf.json"
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.directory / "profile_export_aiperf.csv"
+
+    @property
+    def inputs(self) -> Path:
+        return self.directory / "inputs.json"
+
+
+@dataclass
+class Outcome:
+    """How a run ended and what it measured."""
+
+    document: dict[str, Any]
+    failure: str | None
+    stop_reason: str | None
+    interrupted: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and not self.interrupted
+
+
+@dataclass
+class _Peer:
+    incarnation: str
+    pid: int
+    last_seen: float
+
+
+class Scheduler:
+    def __init__(
+        self,
+        graph: RequestGraph,
+        endpoint: EndpointConfig,
+        load: LoadConfig,
+        artifacts: Artifacts,
+        *,
+        bind: str,
+        expected_workers: int,
+        heartbeat_s: float = 1.0,
+        worker_timeout_s: float = 10.0,
+        registration_timeout_s: float = 60.0,
+        cancel_timeout_s: float = 10.0,
+        on_progress: Callable[[Progress], None] | None = None,
+    ):
+        self.graph = graph
+        self.endpoint = endpoint
+        self.artifacts = artifacts
+        self.bind = bind
+        self.expected_workers = expected_workers
+        self.heartbeat_s = heartbeat_s
+        self.worker_timeout_s = worker_timeout_s
+        self.registration_timeout_s = registration_timeout_s
+        self.cancel_timeout_s = cancel_timeout_s
+        self.on_progress = on_progress
+        self.dispatcher = Dispatcher(graph, load, time.monotonic)
+        self.summary = PhaseSummary()
+        self.endpoint_url: str | None = None  # the address really bound, once listening
+        self._peers: dict[str, _Peer] = {}
+        self._params: dict[int, dict[str, Any]] = {}
+        self._issued: dict[int, int] = {}
+        self._settings = protocol.WorkerSettings(
+            endpoint.request_url,
+            endpoint.endpoint_type,
+            endpoint.streaming,
+            endpoint.request_timeout_seconds,
+            endpoint.session_affinity_header,
+        )
+        self._interrupted = False
+        self._done = asyncio.Event()
+        self._enough = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._cancel_deadline: asyncio.TimerHandle | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+
+    # --- the run ----------------------------------------------------------------------------
+
+    async def run(self) -> Outcome:
+        loop = asyncio.get_running_loop()
+        socket = zmq.Context.instance().socket(zmq.ROUTER)
+        options = {zmq.ROUTER_HANDOVER: 1, zmq.LINGER: 0, zmq.SNDHWM: 0, zmq.RCVHWM: 0}
+        for option, value in options.items():
+            socket.setsockopt(option, value)
+        try:
+            socket.bind(self.bind)
+        except zmq.ZMQError as e:
+            socket.close(linger=0)
+            raise SchedulerError(f"cannot listen on {self.bind}: {e}") from None
+        self.endpoint_url = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._channel = Channel(socket, self._on_message, self._flush)
+        self.artifacts.directory.mkdir(parents=True, exist_ok=True)
+        write_inputs(self.artifacts.inputs, self.graph, self.endpoint)
+        self._records = RecordWriter(self.artifacts.records)
+        self.artifacts.run_info.setdefault("benchmark_id", secrets.token_hex(6))
+        self._watchdog = loop.call_later(self.heartbeat_s, self._watch)
+        try:
+            await self._await_workers()
+            if not self._interrupted:
+                log.info("%d worker(s) registered; starting", len(self._peers))
+                self.dispatcher.begin()
+                self._flush()
+                await self._done.wait()
+            for worker in self._peers:
+                self._send(worker, protocol.Shutdown(self._end_reason()))
+        finally:
+            for handle in (self._watchdog, self._timer, self._cancel_deadline):
+                if handle is not None:
+                    handle.cancel()
+            self._records.close()
+            self._channel.close()
+        return self._write_summary()
+
+    async def _await_workers(self) -> None:
+        try:
+            await asyncio.wait_for(self._enough.wait(), self.registration_timeout_s)
+        except TimeoutError:
+            raise SchedulerError(
+                f"only {len(self._peers)} of {self.expected_workers} worker(s) registered within "
+                f"{self.registration_timeout_s:.0f} s at {self.endpoint_url}"
+            ) from None
+
+    def interrupt(self, reason: str) -> None:
+        """Stop sending, cancel what is in flight, and end the run with what it has."""
+        self._interrupted = True
+        self.dispatcher.interrupt(reason)
+        self._enough.set()  # stop waiting for workers, if still waiting
+        if self.endpoint_url is not None:
+            self._flush()
+
+    def worker_exited(self, worker: str, why: str) -> None:
+        """The local driver saw a worker process end."""
+        if worker in self._peers:
+            self._lose(worker, why)
+
+    def _end_reason(self) -> str:
+        return self.dispatcher.failure or self.dispatcher.closed_reason or "the run is complete"
+
+    # --- messages ---------------------------------------------------------------------------
+
+    def _on_message(self, frames: list[bytes]) -> None:
+        if len(frames) < 2:
+            return
+        worker = frames[0].decode("utf-8", "replace")
+        message = receive(frames[1:])
+        if message is None:
+            return
+        if isinstance(message, protocol.Hello):
+            self._hello(worker, message)
+            return
+        peer = self._peers.get(worker)
+        if peer is None:
+            log.debug("ignored a %s from unregistered worker %s", type(message).__name__, worker)
+            return
+        peer.last_seen = time.monotonic()
+        if isinstance(message, protocol.Results):
+            for result in message.items:
+                self._result(result)
+
+    def _hello(self, worker: str, hello: protocol.Hello) -> None:
+        peer = self._peers.get(worker)
+        if peer is not None and peer.incarnation != hello.incarnation:
+            self._lose(worker, "it restarted")  # same name, new process: its histories are gone
+            peer = None
+        if peer is None:
+            if self.dispatcher.finished:
+                self._send(worker, protocol.Shutdown(self._end_reason()))
+                return
+            self._peers[worker] = _Peer(hello.incarnation, hello.pid, time.monotonic())
+            self.dispatcher.add_worker(worker)
+            log.info("worker %s registered (pid %d)", worker, hello.pid)
+        else:
+            peer.last_seen = time.monotonic()
+        self._send(worker, protocol.Welcome(self._settings, self.heartbeat_s))
+        if len(self._peers) >= self.expected_workers:
+            self._enough.set()
+
+    def _result(self, result: protocol.Result) -> None:
+        ok = result.error is None
+        flight = self.dispatcher.complete(result.credit, ok, result.cancelled_ns is not None)
+        if flight is not None:
+            self._record(flight, result)
+
+    def _record(self, flight: Flight, result: protocol.Result) -> None:
+        issued = self._issued.pop(flight.credit, 0)
+        if flight.phase is Phase.PROFILING:
+            self.summary.add(result)
+            self._records.write(record(flight, result, issued))
+
+    # --- workers ----------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Every heartbeat: tell workers we live, and lose the ones that went silent."""
+        now = time.monotonic()
+        for worker, peer in list(self._peers.items()):
+            if now - peer.last_seen > self.worker_timeout_s:
+                self._lose(worker, f"no heartbeat for {now - peer.last_seen:.1f} s")
+            else:
+                self._send(worker, protocol.Heartbeat(0))
+        if self.on_progress is not None and self._enough.is_set():
+            self.on_progress(self.dispatcher.progress())
+        self._records.flush()
+        self._watchdog = asyncio.get_running_loop().call_later(self.heartbeat_s, self._watch)
+
+    def _lose(self, worker: str, why: str) -> None:
+        del self._peers[worker]
+        lost = self.dispatcher.remove_worker(worker)
+        log.warning(
+            "lost worker %s (%s); %d request(s) in flight on it failed", worker, why, len(lost)
+        )
+        now = time.time_ns()
+        for flight in lost:
+            issued = self._issued.get(flight.credit, now)
+            error = protocol.ErrorInfo(None, "WorkerLost", f"worker {worker} was lost: {why}")
+            self._record(flight, protocol.Result(flight.credit, issued, None, now, {}, error))
+        self._flush()
+
+    # --- output -----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Send what the dispatcher decided, batched per worker, and re-arm its timer."""
+        d = self.dispatcher
+        batches: dict[str, list[protocol.Credit]] = {}
+        now = time.time_ns()
+        for flight in d.drain_sends():
+            self._issued[flight.credit] = now
+            batches.setdefault(flight.worker, []).append(self._credit(flight))
+        for worker, credits in batches.items():
+            self._send(worker, protocol.Credits(credits))
+        cancels: dict[str, list[int]] = {}
+        for flight in d.drain_cancels():
+            cancels.setdefault(flight.worker, []).append(flight.credit)
+        for worker, credits in cancels.items():
+            self._send(worker, protocol.Cancel(credits))
+        if cancels and self._cancel_deadline is None:
+            loop = asyncio.get_running_loop()
+            self._cancel_deadline = loop.call_later(self.cancel_timeout_s, self._abandon)
+        forgets: dict[str, list[int]] = {}
+        for run in d.drain_retired():
+            for worker in run.workers:
+                forgets.setdefault(worker, []).append(run.id)
+        for worker, runs in forgets.items():
+            if worker in self._peers:
+                self._send(worker, protocol.Forget(runs))
+        self._arm_timer()
+        if d.finished:
+            self._done.set()
+
+    def _credit(self, flight: Flight) -> protocol.Credit:
+        run = flight.run
+        node = run.tree.nodes[flight.node]
+        session = run.tree.sessions[node.session]
+        params = self._params.get(id(node.payload))
+        if params is None:
+            params = self._params[id(node.payload)] = request_params(node.payload, self.endpoint)
+        return protocol.Credit(
+            flight.credit,
+            run.id,
+            flight.node,
+            -1 if node.history is None else node.history,
+            run.template.keep[flight.node],
+            node.payload.messages,
+            params,
+            flight.request_id,
+            run.correlation[node.session],
+            run.correlation[session.route],
+        )
+
+    def _arm_timer(self) -> None:
+        deadline = self.dispatcher.next_deadline()
+        if self._timer is not None:
+            if deadline is not None and self._timer.when() == deadline:
+                return
+            self._timer.cancel()
+            self._timer = None
+        if deadline is not None:
+            self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.dispatcher.tick()
+        self._flush()
+
+    def _abandon(self) -> None:
+        """Cancelled requests whose results never came back: record them as cancelled here."""
+        self._cancel_deadline = None
+        now = time.time_ns()
+        for flight in self.dispatcher.in_flight():
+            if self.dispatcher.complete(flight.credit, ok=False, cancelled=True) is None:
+                continue
+            issued = self._issued.get(flight.credit, now)
+            message = f"no result within {self.cancel_timeout_s:.0f} s of cancelling"
+            error = protocol.ErrorInfo(499, "RequestCancellationError", message)
+            self._record(flight, protocol.Result(flight.credit, issued, None, now, {}, error, now))
+        self._flush()
+
+    def _send(self, worker: str, message: protocol.Message) -> None:
+        self._channel.send([worker.encode(), *protocol.encode(message)])
+
+    def _write_summary(self) -> Outcome:
+        d = self.dispatcher
+        document = summary_document(
+            self.summary,
+            d.branch_stats.as_dict(),
+            self.artifacts.input_config,
+            self.artifacts.run_info,
+            complete=d.finished and d.failure is None and not self._interrupted,
+            cancelled=self._interrupted or d.failure is not None,
+        )
+        write_summary_json(self.artifacts.summary_json, document)
+        write_summary_csv(self.artifacts.summary_csv, self.summary)
+        return Outcome(document, d.failure, d.closed_reason, self._interrupted)
