@@ -1,21 +1,37 @@
-"""The `dagperf` command: one subcommand per role, each a thin shell over a library call."""
+"""The `dagperf` command: one subcommand per role, each a thin shell over a library call.
+
+Flags follow `aiperf profile` where a concept is shared. The load flags are generated from
+`LoadConfig` and the simulator's from `SimConfig`, so a flag and the model it fills cannot drift
+apart.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
+import os
+import socket
 import sys
+import types
+import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from dagperf import __version__
+from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError, load_dag_jsonl
-from dagperf.graph import SessionKind, compile_dag_jsonl
+from dagperf.graph import RequestGraph, SessionKind, compile_dag_jsonl
+from dagperf.logs import LOG_FORMATS, setup_logging
 from dagperf.simulator import SimConfig, serve_simulator
 
 DATASET_TYPES = ("dag_jsonl",)
+ENV_DEFAULTS = {"fail_fast": "DAGPERF_DAG_FAIL_FAST"}  # flags whose default an env var sets
+log = logging.getLogger("dagperf")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,6 +50,87 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dagperf {__version__}")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    profile = commands.add_parser(
+        "profile",
+        help="run a benchmark locally (scheduler and workers on this machine)",
+        description="Run a benchmark on this machine: the scheduler here, --workers worker "
+        "processes, and, without --url, the built-in simulated LLM.",
+    )
+    _dataset_flags(profile)
+    _endpoint_flags(profile, url_required=False)
+    _add_model_flags(profile, LoadConfig, "load")
+    profile.add_argument(
+        "--workers",
+        type=int,
+        default=_default_workers(),
+        metavar="N",
+        help="worker processes (default: %(default)s, from this machine's cores)",
+    )
+    _output_flags(profile)
+    _add_model_flags(profile, SimConfig, "built-in simulator (used without --url)", prefix="sim-")
+    profile.set_defaults(run=_profile)
+
+    scheduler = commands.add_parser(
+        "scheduler",
+        help="run the scheduler role (workers connect to it)",
+        description="Run the scheduler: bind a ZeroMQ ROUTER, wait for workers, run the "
+        "benchmark, write the exports.",
+    )
+    _dataset_flags(scheduler)
+    _endpoint_flags(scheduler, url_required=True)
+    _add_model_flags(scheduler, LoadConfig, "load")
+    roles = scheduler.add_argument_group("scheduler")
+    roles.add_argument(
+        "--bind", default="tcp://0.0.0.0:5555", help="ZeroMQ address (default: %(default)s)"
+    )
+    roles.add_argument(
+        "--workers-expected",
+        type=int,
+        default=1,
+        metavar="N",
+        help="workers to wait for before starting (default: %(default)s)",
+    )
+    roles.add_argument(
+        "--registration-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds to wait for them (default: %(default)s)",
+    )
+    roles.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="a worker silent this long is lost (default: %(default)s)",
+    )
+    _output_flags(scheduler)
+    scheduler.set_defaults(run=_scheduler)
+
+    worker = commands.add_parser(
+        "worker",
+        help="run the worker role (connects to a scheduler)",
+        description="Run worker processes that send the scheduler's requests to the endpoint. "
+        "The API key comes from OPENAI_API_KEY.",
+    )
+    worker.add_argument("--scheduler", required=True, help="the scheduler's ZeroMQ address")
+    worker.add_argument(
+        "--worker-id",
+        default=os.environ.get("POD_NAME") or socket.gethostname(),
+        help="identity (default: $POD_NAME or the host name); with --processes N, each process "
+        "adds -0 .. -N-1",
+    )
+    worker.add_argument("--processes", type=int, default=1, metavar="N", help="worker processes")
+    worker.add_argument(
+        "--scheduler-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="register again after this long without word from the scheduler",
+    )
+    _log_flags(worker)
+    worker.set_defaults(run=_worker)
 
     validate = commands.add_parser(
         "validate",
@@ -63,9 +160,336 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
     )
-    _add_model_flags(simulate, SimConfig)
+    _add_model_flags(simulate, SimConfig, "simulator")
     simulate.set_defaults(run=_simulate)
     return parser
+
+
+# --- flag groups -----------------------------------------------------------------------------
+
+
+def _dataset_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("dataset")
+    group.add_argument("--input-file", required=True, metavar="FILE", help="the dataset file")
+    group.add_argument(
+        "--custom-dataset-type",
+        choices=DATASET_TYPES,
+        default="dag_jsonl",
+        help="its format (default: %(default)s)",
+    )
+
+
+def _endpoint_flags(parser: argparse.ArgumentParser, url_required: bool) -> None:
+    group = parser.add_argument_group("endpoint")
+    group.add_argument(
+        "--url",
+        required=url_required,
+        help="server base URL" + ("" if url_required else " (default: the built-in simulator)"),
+    )
+    group.add_argument("-m", "--model", help="model name (default: the first one the server lists)")
+    group.add_argument("--endpoint-type", choices=("chat", "completions"), default="chat")
+    group.add_argument("--endpoint", help="request path, if not the standard one for the type")
+    group.add_argument("--streaming", action="store_true", help="stream responses")
+    group.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY)")
+    group.add_argument(
+        "--extra-inputs",
+        action="append",
+        default=[],
+        metavar="KEY:VALUE",
+        help="add a body field to every request (repeatable; VALUE parsed as JSON "
+        "when it can be, or give a whole JSON object)",
+    )
+    group.add_argument("--request-timeout-seconds", type=float, default=600.0, metavar="S")
+    group.add_argument(
+        "--session-affinity-header",
+        default="X-Session-Affinity",
+        metavar="NAME",
+        help="header carrying each request's routing key ('' for none)",
+    )
+
+
+def _output_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--artifact-dir",
+        "--output-artifact-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the export files go (default: artifacts/<dataset>-<type>-<load>)",
+    )
+    group.add_argument("--quiet", action="store_true", help="no progress, only the summary")
+    _log_flags(parser)
+
+
+def _log_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text, or JSON lines for CI and pods (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")
+    )
+
+
+def _add_model_flags(
+    parser: argparse.ArgumentParser, model: type[BaseModel], title: str, prefix: str = ""
+) -> None:
+    """One flag per field of a flat pydantic model, with its description as the help."""
+    group = parser.add_argument_group(title)
+    for name, field in model.model_fields.items():
+        flag = f"--{prefix}{name.replace('_', '-')}"
+        dest = f"{prefix.replace('-', '_')}{name}"
+        kind = _scalar(field.annotation)
+        if kind is bool:
+            default = field.default
+            if env := ENV_DEFAULTS.get(name):
+                default = os.environ.get(env, "").lower() in ("1", "true", "yes") or default
+            group.add_argument(
+                flag,
+                dest=dest,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=field.description,
+            )
+        else:
+            shown = "" if field.default is None else " (default: %(default)s)"
+            group.add_argument(
+                flag,
+                dest=dest,
+                type=kind,
+                default=field.default,
+                metavar=name.upper(),
+                help=f"{field.description}{shown}",
+            )
+
+
+def _scalar(annotation: Any) -> Any:
+    """int for `int | None`, and so on."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return next(a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation
+
+
+def _model_from_flags(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    model: type[BaseModel],
+    prefix: str = "",
+) -> Any:
+    try:
+        return model(**{name: getattr(args, prefix + name) for name in model.model_fields})
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        flag = f"--{prefix.replace('_', '-')}{str(first['loc'][0]).replace('_', '-')}"
+        parser.error(f"{flag}: {first['msg']}")
+
+
+def _default_workers() -> int:
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def _load_graph(args: argparse.Namespace) -> RequestGraph | None:
+    try:
+        return compile_dag_jsonl(load_dag_jsonl(args.input_file))
+    except DatasetError as e:
+        for problem in e.problems:
+            print(problem, file=sys.stderr)
+        print(
+            f"{args.input_file}: invalid {args.custom_dataset_type}, {len(e.problems)} problem(s)",
+            file=sys.stderr,
+        )
+        return None
+
+
+def _endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    fields = {
+        "url": args.url,
+        "model": args.model,
+        "endpoint_type": args.endpoint_type,
+        "endpoint": args.endpoint,
+        "streaming": args.streaming,
+        "api_key": args.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        "extra_inputs": _extra_inputs(parser, args.extra_inputs),
+        "request_timeout_seconds": args.request_timeout_seconds,
+        "session_affinity_header": args.session_affinity_header,
+    }
+    try:  # check the flags now, with stand-ins for what is only known once a server runs
+        EndpointConfig(**(fields | {"url": args.url or "127.0.0.1", "model": args.model or "-"}))
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        flag = "--" + str(first["loc"][0] if first["loc"] else "url").replace("_", "-")
+        parser.error(f"{flag}: {first['msg'].removeprefix('Value error, ')}")
+    return fields
+
+
+def _extra_inputs(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        if item.lstrip().startswith("{"):
+            try:
+                value = json.loads(item)
+            except ValueError as e:
+                parser.error(f"--extra-inputs: not a JSON object: {e}")
+            if not isinstance(value, dict):
+                parser.error("--extra-inputs: not a JSON object")
+            out.update(value)
+            continue
+        key, sep, raw = item.partition(":")
+        if not sep or not key:
+            parser.error(f"--extra-inputs: expected KEY:VALUE or a JSON object, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def _default_stop(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
+    if load.request_count or load.num_conversations or load.benchmark_duration:
+        return load
+    log.info(
+        "No request count or conversation count provided; defaulting --num-conversations to %d "
+        "(run each root in the file once). Use --request-count for a literal wire-request cap "
+        "instead.",
+        graph.root_count,
+    )
+    return load.model_copy(update={"num_conversations": graph.root_count})
+
+
+def _artifact_dir(args: argparse.Namespace, load: LoadConfig) -> Path:
+    if args.artifact_dir is not None:
+        return args.artifact_dir
+    shape = (
+        f"rate{load.request_rate:g}" if load.request_rate else f"concurrency{load.concurrency or 1}"
+    )
+    return (
+        Path("artifacts")
+        / f"{Path(args.input_file).name.split('.')[0]}-{args.endpoint_type}-{shape}"
+    )
+
+
+def _input_config(args: argparse.Namespace, load: LoadConfig, workers: int) -> dict[str, Any]:
+    return {
+        "dataset": {"path": str(args.input_file), "type": args.custom_dataset_type},
+        "load": load.model_dump(mode="json"),
+        "workers": workers,
+    }
+
+
+def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dagperf.console import Console
+    from dagperf.profile import LocalPlan, run_local, run_sync
+
+    setup_logging(args.log_format, getattr(logging, args.log_level))
+    endpoint = _endpoint_fields(parser, args)
+    load = _model_from_flags(parser, args, LoadConfig)
+    if args.workers < 1:
+        parser.error("--workers: must be at least 1")
+    sim = _model_from_flags(parser, args, SimConfig, prefix="sim_")
+    graph = _load_graph(args)
+    if graph is None:
+        return 1
+    load = _default_stop(load, graph)
+    plan = LocalPlan(
+        graph=graph,
+        endpoint=endpoint,
+        load=load,
+        workers=args.workers,
+        artifact_dir=_artifact_dir(args, load),
+        input_config=_input_config(args, load, args.workers),
+        log_format=args.log_format,
+        simulator_args=_simulator_args(sim),
+    )
+    console = Console(quiet=args.quiet)
+
+    async def go() -> int:
+        outcome = await run_local(plan, console)
+        return _report(outcome, console, plan.artifact_dir)
+
+    return run_sync(go)
+
+
+def _simulator_args(config: SimConfig) -> tuple[str, ...]:
+    out: list[str] = []
+    for name, value in config.model_dump().items():
+        if value != SimConfig.model_fields[name].default:
+            flag = "--" + name.replace("_", "-")
+            out += (
+                [flag]
+                if value is True
+                else [f"--no-{flag[2:]}"]
+                if value is False
+                else [flag, str(value)]
+            )
+    return tuple(out)
+
+
+def _report(outcome: Any, console: Any, artifact_dir: Path) -> int:
+    console.summary(outcome.document, str(artifact_dir))
+    if outcome.failure:
+        print(f"dagperf: the run failed: {outcome.failure}", file=sys.stderr)
+        return 1
+    return 130 if outcome.interrupted else 0
+
+
+def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dagperf.console import Console
+    from dagperf.profile import discover_model, run_sync
+    from dagperf.scheduler import Artifacts, Scheduler
+
+    setup_logging(args.log_format, getattr(logging, args.log_level))
+    fields = _endpoint_fields(parser, args)
+    load = _model_from_flags(parser, args, LoadConfig)
+    graph = _load_graph(args)
+    if graph is None:
+        return 1
+    load = _default_stop(load, graph)
+    artifact_dir = _artifact_dir(args, load)
+    console = Console(quiet=args.quiet)
+
+    async def go() -> int:
+        if fields["model"] is None:
+            fields["model"] = await discover_model(fields["url"])
+        endpoint = EndpointConfig(**fields)
+        input_config = _input_config(args, load, args.workers_expected)
+        input_config["endpoint"] = endpoint.redacted()
+        scheduler = Scheduler(
+            graph,
+            endpoint,
+            load,
+            Artifacts(artifact_dir, input_config),
+            bind=args.bind,
+            expected_workers=args.workers_expected,
+            worker_timeout_s=args.worker_timeout,
+            registration_timeout_s=args.registration_timeout,
+            on_progress=console.progress,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (2, 15):  # SIGINT, SIGTERM: stop gracefully, keep what was measured
+            loop.add_signal_handler(sig, scheduler.interrupt, "stopped by a signal")
+        return _report(await scheduler.run(), console, artifact_dir)
+
+    return run_sync(go)
+
+
+def _worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dagperf.worker import serve_workers
+
+    setup_logging(args.log_format, getattr(logging, args.log_level))
+    if args.processes < 1:
+        parser.error("--processes: must be at least 1")
+    return serve_workers(
+        args.scheduler,
+        args.worker_id,
+        args.processes,
+        args.scheduler_timeout,
+        [f"--log-format={args.log_format}", f"--log-level={args.log_level}"],
+    )
 
 
 def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -99,37 +523,6 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     config = _model_from_flags(parser, args, SimConfig)
     serve_simulator(config, args.host, args.port)
     return 0
-
-
-def _add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
-    """One flag per field of a flat pydantic model, with its description as the help."""
-    for name, field in model.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        if field.annotation is bool:
-            parser.add_argument(
-                flag,
-                action=argparse.BooleanOptionalAction,
-                default=field.default,
-                help=field.description,
-            )
-        else:
-            parser.add_argument(
-                flag,
-                type=field.annotation,
-                default=field.default,
-                metavar=name.upper(),
-                help=f"{field.description} (default: %(default)s)",
-            )
-
-
-def _model_from_flags(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, model: type[BaseModel]
-) -> Any:
-    try:
-        return model(**{name: getattr(args, name) for name in model.model_fields})
-    except ValidationError as e:
-        first = e.errors(include_url=False)[0]
-        parser.error(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}")
 
 
 if __name__ == "__main__":

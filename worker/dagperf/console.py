@@ -1,0 +1,109 @@
+"""What a person watching the run sees: progress while it runs, a summary table at the end.
+
+On a terminal the progress line is redrawn in place; elsewhere (CI logs, pods) it is logged
+every few seconds instead, through the same logger as everything else, so the JSON-lines log
+mode covers it. `quiet` keeps only the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any, TextIO
+
+from dagperf.engine import Progress
+from dagperf.metrics.catalog import AGGREGATE, RECORD
+
+log = logging.getLogger("dagperf.progress")
+
+TABLE_METRICS = (
+    "time_to_first_token",
+    "time_to_second_token",
+    "request_latency",
+    "inter_token_latency",
+    "output_token_throughput_per_user",
+    "output_sequence_length",
+    "input_sequence_length",
+)
+TABLE_STATS = ("avg", "min", "max", "p99", "p90", "p50", "std")
+LOG_EVERY_S = 5.0
+
+
+class Console:
+    def __init__(self, stream: TextIO = sys.stderr, quiet: bool = False, live: bool | None = None):
+        self.stream = stream
+        self.quiet = quiet
+        self.live = stream.isatty() if live is None else live
+        self._last: tuple[float, int] | None = None
+        self._last_log = 0.0
+        self._drawn = False
+
+    def progress(self, p: Progress) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        rate = 0.0
+        if self._last is not None and now > self._last[0]:
+            rate = (p.completed - self._last[1]) / (now - self._last[0])
+        self._last = (now, p.completed)
+        total = f"/{p.expected}" if p.expected is not None else ""
+        line = (
+            f"[{p.phase.label}] {p.completed}{total} requests  {rate:,.1f} req/s  "
+            f"errors {p.errors}  in flight {p.in_flight}"
+        )
+        if self.live:
+            self.stream.write("\r\x1b[2K" + line)
+            self.stream.flush()
+            self._drawn = True
+        elif now - self._last_log >= LOG_EVERY_S:
+            self._last_log = now
+            log.info("%s", line)
+
+    def done(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False
+
+    def summary(
+        self, document: dict[str, Any], artifact_dir: str, out: TextIO = sys.stdout
+    ) -> None:
+        self.done()
+        out.write(render_summary(document, artifact_dir))
+        out.flush()
+
+
+def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
+    rows = [("Metric", *TABLE_STATS)]
+    for name in TABLE_METRICS:
+        stats = document.get(name)
+        if stats:
+            label = f"{RECORD[name].label} ({stats['unit']})"
+            rows.append((label, *(_number(stats[s]) for s in TABLE_STATS)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["", "dagperf | LLM metrics"]
+    for row in rows:
+        first = row[0].ljust(widths[0])
+        lines.append(
+            "  ".join(
+                [first, *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True))]
+            )
+        )
+    lines.append("")
+    for name, metric in AGGREGATE.items():
+        if name in document:
+            lines.append(f"{metric.label} ({metric.unit}): {_number(document[name]['avg'])}")
+    branch = document.get("branch_stats") or {}
+    if branch.get("children_spawned") or branch.get("parents_suspended"):
+        lines.append("BranchStats: " + ", ".join(f"{k} {v}" for k, v in branch.items()))
+    for entry in document.get("error_summary") or []:
+        e = entry["error_details"]
+        code = f"{e['code']} " if e["code"] is not None else ""
+        lines.append(f"Errors: {entry['count']} x {code}{e['type']}: {e['message']}")
+    lines.append(f"Artifacts: {artifact_dir}")
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float) -> str:
+    return f"{value:,.2f}"

@@ -1,0 +1,226 @@
+"""`dagperf profile`: the whole engine on one machine, as the operator runs it on a cluster.
+
+The scheduler runs in this process; each worker is a `dagperf worker` child process connected
+over an IPC socket in a private temporary directory; without `--url`, a `dagperf simulate` child
+serves the run. Everything started here is stopped here, on success, failure or Ctrl-C (the
+first asks the scheduler to cancel and write what it has; a second one stops at once), and the
+socket directory is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from dagperf.config import EndpointConfig, LoadConfig
+from dagperf.console import Console
+from dagperf.graph import RequestGraph
+from dagperf.scheduler import Artifacts, Outcome, Scheduler, SchedulerError
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0
+
+
+class ProfileError(Exception):
+    pass
+
+
+@dataclass
+class LocalPlan:
+    graph: RequestGraph
+    endpoint: dict[str, Any]  # EndpointConfig fields; `url` and `model` may still be None
+    load: LoadConfig
+    workers: int
+    artifact_dir: Path
+    input_config: dict[str, Any]
+    log_format: str = "text"
+    worker_log_level: str = "WARNING"
+    simulator_args: tuple[str, ...] = ()
+
+
+async def run_local(plan: LocalPlan, console: Console) -> Outcome:
+    async with contextlib.AsyncExitStack() as stack:
+        endpoint_fields = dict(plan.endpoint)
+        if endpoint_fields.get("url") is None:
+            simulator = await stack.enter_async_context(_child_simulator(plan.simulator_args))
+            endpoint_fields["url"] = simulator
+        if endpoint_fields.get("model") is None:
+            endpoint_fields["model"] = await discover_model(endpoint_fields["url"])
+        endpoint = EndpointConfig(**endpoint_fields)
+        plan.input_config["endpoint"] = endpoint.redacted()
+        socket_dir = Path(tempfile.mkdtemp(prefix="dagperf-"))
+        stack.callback(shutil.rmtree, socket_dir, ignore_errors=True)
+        artifacts = Artifacts(plan.artifact_dir, plan.input_config)
+        scheduler = Scheduler(
+            plan.graph,
+            endpoint,
+            plan.load,
+            artifacts,
+            bind=f"ipc://{socket_dir}/scheduler",
+            expected_workers=plan.workers,
+            registration_timeout_s=STARTUP_TIMEOUT_S,
+            on_progress=console.progress,
+        )
+        env = dict(os.environ)
+        if endpoint.api_key is not None:
+            env["OPENAI_API_KEY"] = endpoint.api_key.get_secret_value()
+        workers = [
+            await _spawn_worker(f"local-{i}", f"ipc://{socket_dir}/scheduler", plan, env)
+            for i in range(plan.workers)
+        ]
+        stack.push_async_callback(_stop_all, workers)
+        watchers = [asyncio.ensure_future(_watch(name, p, scheduler)) for name, p in workers]
+        stack.callback(lambda: [w.cancel() for w in watchers])
+        with _interruptible(scheduler):
+            outcome = await scheduler.run()
+        console.done()
+        return outcome
+
+
+async def _spawn_worker(
+    name: str, address: str, plan: LocalPlan, env: dict[str, str]
+) -> tuple[str, asyncio.subprocess.Process]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dagperf",
+        "worker",
+        "--scheduler",
+        address,
+        "--worker-id",
+        name,
+        "--log-format",
+        plan.log_format,
+        "--log-level",
+        plan.worker_log_level,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    return name, process
+
+
+async def _watch(name: str, process: asyncio.subprocess.Process, scheduler: Scheduler) -> None:
+    code = await process.wait()
+    scheduler.worker_exited(name, f"its process exited with code {code}")
+
+
+async def _stop_all(workers: list[tuple[str, asyncio.subprocess.Process]]) -> None:
+    """Workers have been told to shut down; give them a moment, then make sure."""
+    await asyncio.gather(*(_stop(process) for _, process in workers))
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is not None:
+        return
+    try:
+        await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+        return
+    except TimeoutError:
+        process.terminate()
+    try:
+        await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def _child_simulator(args: tuple[str, ...]):
+    """A `dagperf simulate` process on a free loopback port; yields its URL."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dagperf",
+        "simulate",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert process.stdout is not None
+        try:
+            banner = await asyncio.wait_for(process.stdout.readline(), STARTUP_TIMEOUT_S)
+        except TimeoutError:
+            banner = b""
+        if b" at " not in banner:
+            raise ProfileError("the built-in simulator did not start")
+        url = banner.decode().rsplit(" at ", 1)[1].strip()
+        log.info("built-in simulator serving at %s", url)
+        yield url
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await _stop(process)
+
+
+async def discover_model(url: str) -> str:
+    """The first model the server lists, for runs without --model."""
+    base = EndpointConfig(url=url, model="-").url
+    try:
+        async with (
+            aiohttp.ClientSession(trust_env=False) as session,
+            session.get(f"{base}/v1/models", timeout=aiohttp.ClientTimeout(total=10)) as response,
+        ):
+            models = (await response.json(content_type=None))["data"]
+            return str(models[0]["id"])
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise ProfileError(
+            f"could not read a model name from {base}/v1/models ({type(e).__name__}: {e}); "
+            "pass --model"
+        ) from None
+
+
+@contextlib.contextmanager
+def _interruptible(scheduler: Scheduler):
+    """First Ctrl-C (or SIGTERM): cancel and write what there is. Second: stop now."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    presses = 0
+
+    def on_signal() -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            log.warning(
+                "interrupted: cancelling requests in flight (press Ctrl-C again to quit now)"
+            )
+            scheduler.interrupt("interrupted")
+        elif task is not None:
+            task.cancel()
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+def run_sync(main: Callable[[], Awaitable[int]]) -> int:
+    try:
+        return asyncio.run(main())
+    except (ProfileError, SchedulerError) as e:
+        print(f"dagperf: {e}", file=sys.stderr)
+        return 1
+    except asyncio.CancelledError:
+        return 130
