@@ -1,0 +1,165 @@
+"""Run `dagperf profile` as a user does, against a recording simulator, and read what it did.
+
+The simulator runs in the test's event loop (so the test sees every body, header and timing it
+received); dagperf runs as real processes: the profile driver, its workers, ZeroMQ between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dagperf.simulator import RunningSimulator, SimConfig, SimRecord
+
+from dagfile import encode
+
+RECORDING = SimConfig(ttft_ms=2, itl_ms=0.5, output_tokens=4, record_bodies=True)
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    directory: Path
+    records: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    served: dict[str, SimRecord] = field(default_factory=dict)  # by X-Request-ID
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        """Records of "conversation:turn", in send order."""
+        conversation, turn = name.rsplit(":", 1)
+        return sorted(
+            (
+                r
+                for r in self.records
+                if r["metadata"]["conversation_id"] == conversation
+                and r["metadata"]["turn_index"] == int(turn)
+            ),
+            key=lambda r: r["metadata"]["session_num"],
+        )
+
+    def one(self, name: str) -> dict[str, Any]:
+        (found,) = self.named(name)
+        return found
+
+    def body(self, name: str) -> dict[str, Any]:
+        return self.server(name).body
+
+    def server(self, name: str) -> SimRecord:
+        return self.served[self.one(name)["metadata"]["x_request_id"]]
+
+    def reply(self, name: str) -> dict[str, str]:
+        """The assistant message a later turn should carry for this one."""
+        return {"role": "assistant", "content": self.server(name).reply}
+
+    @property
+    def branch_stats(self) -> dict[str, int]:
+        assert self.summary is not None
+        return self.summary["branch_stats"]
+
+    def sent_order(self) -> list[str]:
+        ordered = sorted(self.records, key=lambda r: r["metadata"]["session_num"])
+        return [
+            f"{r['metadata']['conversation_id']}:{r['metadata']['turn_index']}" for r in ordered
+        ]
+
+
+async def start_profile(
+    url: str, tmp_path: Path, lines: list, *flags: str
+) -> tuple[asyncio.subprocess.Process, Path]:
+    """Start `dagperf profile` on a dataset; returns the process and its artifact directory."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    dataset = tmp_path / "data.dag.jsonl"
+    dataset.write_bytes(b"".join(encode(*lines)))
+    directory = tmp_path / "artifacts"
+    command = ["-m", "dagperf", "profile", "--input-file", str(dataset), "--url", url]
+    command += ["--artifact-dir", str(directory), "--quiet", *flags]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    return process, directory
+
+
+async def profile(
+    sim: RunningSimulator, tmp_path: Path, lines: list, *flags: str, timeout: float = 60
+) -> Run:
+    process, directory = await start_profile(sim.url, tmp_path, lines, *flags)
+    return await finish(process, directory, sim, timeout)
+
+
+async def finish(
+    process: asyncio.subprocess.Process,
+    directory: Path,
+    sim: RunningSimulator | None,
+    timeout: float = 60,
+) -> Run:
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    run = Run(process.returncode, stdout.decode(), stderr.decode(), directory)
+    records_file = directory / "profile_export.jsonl"
+    if records_file.exists():
+        run.records = [json.loads(line) for line in records_file.read_text().splitlines()]
+    summary_file = directory / "profile_export_aiperf.json"
+    if summary_file.exists():
+        run.summary = json.loads(summary_file.read_text())
+    if sim is not None:
+        run.served = {r.request_id: r for r in sim.simulator.records if r.request_id}
+    return run
+
+
+def children(pid: int) -> list[int]:
+    """Processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def dagperf_processes() -> set[int]:
+    """Every live `python -m dagperf ...` process on the machine."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"-m\x00dagperf\x00" in cmdline:
+                found.add(int(entry.name))
+    return found
+
+
+def check_dependencies_finished_first(run: Run) -> None:
+    """No request left before every request it depends on had finished, plus its delay;
+    checked on dagperf's clock and on the server's."""
+    by_id = {r["metadata"]["x_request_id"]: r["metadata"] for r in run.records}
+    for r in run.records:
+        m = r["metadata"]
+        for dep in m["depends_on"]:
+            assert by_id[dep]["request_end_ns"] <= m["request_start_ns"], (m, by_id[dep])
+            served_dep, served = run.served[dep], run.served[m["x_request_id"]]
+            waited = served.received_ns - served_dep.end_ns
+            assert waited >= m["delay_ms"] * 1e6, (m, waited)
+
+
+def stats(**nonzero: int) -> dict[str, int]:
+    names = (
+        "children_spawned children_completed children_errored children_truncated "
+        "parents_suspended parents_resumed parents_failed_due_to_child_error joins_suppressed"
+    ).split()
+    return dict.fromkeys(names, 0) | nonzero

@@ -1,0 +1,210 @@
+"""Failures end to end: they become error records and accounted BranchStats, never crashes;
+and whatever happens, the run leaves no process and no socket behind."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import signal
+import socket
+
+import pytest
+from aiohttp import web
+
+from dagperf.simulator import SimConfig, running_simulator
+
+from dagfile import conv, turn
+from runs import RECORDING, children, dagperf_processes, finish, profile, start_profile, stats
+
+
+@pytest.fixture
+async def sim():
+    async with running_simulator(RECORDING) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    before_processes = dagperf_processes()
+    before_sockets = set(glob.glob("/tmp/dagperf-*"))
+    yield
+    assert dagperf_processes() <= before_processes
+    assert set(glob.glob("/tmp/dagperf-*")) <= before_sockets
+
+
+async def test_http_errors_become_error_records_and_end_their_branch(sim, tmp_path):
+    lines = [
+        conv("p", turn(spawns=["bad", "good"]), turn()),
+        conv("bad", turn(extra={"max_tokens": 0}), turn()),  # the server answers 400
+        conv("good"),
+    ]
+    run = await profile(sim, tmp_path, lines)
+    assert run.returncode == 0, run.stderr
+    (bad,) = run.named("bad:0")
+    assert bad["error"]["code"] == 400 and "max_tokens" in bad["error"]["message"]
+    assert bad["error"]["type"] == "Bad Request"
+    assert bad["metrics"]["error_isl"]["unit"] == "tokens"
+    assert run.named("bad:1") == []  # the rest of the failed child is not sent
+    assert run.one("p:1")["error"] is None  # the join was released
+    assert run.branch_stats == stats(
+        children_spawned=2,
+        children_completed=1,
+        children_errored=1,
+        parents_suspended=1,
+        parents_resumed=1,
+    )
+    assert run.summary["error_request_count"]["avg"] == 1
+    assert run.summary["request_error_rate"]["avg"] == 25.0
+    (entry,) = run.summary["error_summary"]
+    assert entry["count"] == 1 and entry["error_details"]["code"] == 400
+
+
+async def test_fail_fast_cancels_the_run_on_the_first_child_error(tmp_path):
+    config = RECORDING.model_copy(update={"ttft_ms": 300})
+    lines = [
+        conv("p", turn(spawns=["bad", "slow"]), turn()),
+        conv("bad", turn(extra={"max_tokens": 0})),
+        conv("slow"),
+    ]
+    async with running_simulator(config) as sim:
+        run = await profile(sim, tmp_path, lines, "--fail-fast")
+    assert run.returncode == 1
+    assert "--fail-fast: child 'bad' turn 0 failed" in run.stderr
+    slow = run.one("slow:0")
+    assert slow["metadata"]["was_cancelled"] and slow["error"]["code"] == 499
+    assert run.named("p:1") == []
+    assert run.branch_stats == stats(
+        children_spawned=2,
+        children_errored=1,
+        children_truncated=1,
+        parents_suspended=1,
+        parents_failed_due_to_child_error=1,
+    )
+    assert run.summary["was_cancelled"] is True and run.summary["is_complete"] is False
+
+
+async def test_fail_fast_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGPERF_DAG_FAIL_FAST", "1")
+    lines = [conv("p", turn(spawns=["bad"]), turn()), conv("bad", turn(extra={"max_tokens": 0}))]
+    async with running_simulator(RECORDING) as sim:
+        run = await profile(sim, tmp_path, lines)
+    assert run.returncode == 1 and "--fail-fast" in run.stderr
+
+
+async def test_a_refused_connection_is_an_error_record(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket closes
+    process, directory = await start_profile(
+        f"127.0.0.1:{port}", tmp_path, [conv("p", turn(), turn())], "--model", "m"
+    )
+    run = await finish(process, directory, None)
+    assert run.returncode == 0, run.stderr
+    (record,) = run.records
+    assert record["error"]["type"] == "ConnectionError" and record["error"]["code"] is None
+    assert run.summary["request_error_rate"]["avg"] == 100.0
+
+
+async def test_timeouts_and_malformed_streams_are_error_records(tmp_path):
+    async def garbage(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        body = await request.json()
+        if body["messages"][0]["content"] == "slow":
+            await asyncio.sleep(5)
+        if body["messages"][0]["content"] == "error":
+            await response.write(b'data: {"error": {"message": "overloaded", "code": 503}}\n\n')
+        else:
+            await response.write(b"data: {not json\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", garbage)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        lines = [
+            conv(name, turn(messages=[{"role": "user", "content": name}]))
+            for name in ("slow", "junk", "error")
+        ]
+        process, directory = await start_profile(
+            f"127.0.0.1:{port}",
+            tmp_path,
+            lines,
+            "--model",
+            "m",
+            "--streaming",
+            "--request-timeout-seconds",
+            "0.5",
+            "--concurrency",
+            "3",
+        )
+        run = await finish(process, directory, None)
+    finally:
+        await runner.cleanup()
+    assert run.returncode == 0, run.stderr
+    errors = {r["metadata"]["conversation_id"]: r["error"] for r in run.records}
+    assert errors["slow"]["type"] == "TimeoutError"
+    assert errors["junk"]["type"] == "MalformedResponse"
+    assert errors["error"] == {"code": 503, "type": "ServerError", "message": "overloaded"}
+
+
+async def test_a_killed_worker_fails_only_what_it_held(tmp_path):
+    config = RECORDING.model_copy(update={"ttft_ms": 40})
+    lines = [conv(f"r{i}", turn(forks=[f"c{i}"])) for i in range(12)]
+    lines += [conv(f"c{i}", turn(), turn(), turn()) for i in range(12)]
+    async with running_simulator(config) as sim:
+        process, directory = await start_profile(
+            sim.url, tmp_path, lines, "--workers", "3", "--concurrency", "12"
+        )
+        async with asyncio.timeout(30):
+            while len(sim.simulator.records) < 14:  # the roots and some children are out
+                await asyncio.sleep(0.01)
+        workers = children(process.pid)
+        assert len(workers) == 3
+        os.kill(workers[0], signal.SIGKILL)
+        run = await finish(process, directory, sim)
+    assert run.returncode == 0, run.stderr
+    lost = [r for r in run.records if r["error"] and r["error"]["type"] == "WorkerLost"]
+    assert lost
+    assert {r["metadata"]["worker_id"] for r in lost} == {lost[0]["metadata"]["worker_id"]}
+    # Every request the server saw is accounted for, once.
+    ids = [r["metadata"]["x_request_id"] for r in run.records]
+    assert len(ids) == len(set(ids))
+    assert {s.request_id for s in sim.simulator.records} <= set(ids)
+    b = run.branch_stats
+    assert b["children_errored"] >= 1
+    assert b["children_spawned"] == b["children_completed"] + b["children_errored"]
+    survivors = {r["metadata"]["worker_id"] for r in run.records} - {
+        lost[0]["metadata"]["worker_id"]
+    }
+    assert len(survivors) == 2
+
+
+async def test_ctrl_c_cancels_and_keeps_what_was_measured(tmp_path):
+    slow = SimConfig(ttft_ms=5, itl_ms=50, output_tokens=100, record_bodies=True)
+    lines = [conv(f"r{i}") for i in range(5)]
+    async with running_simulator(slow) as sim:
+        process, directory = await start_profile(
+            sim.url, tmp_path, lines, "--streaming", "--concurrency", "5"
+        )
+        async with asyncio.timeout(30):
+            while len(sim.simulator.records) < 5:
+                await asyncio.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        run = await finish(process, directory, sim)
+    assert run.returncode == 130
+    assert len(run.records) == 5
+    assert all(r["metadata"]["was_cancelled"] for r in run.records)
+    assert run.summary["was_cancelled"] is True and run.summary["is_complete"] is False
+
+
+async def test_an_invalid_dataset_is_refused_before_anything_starts(sim, tmp_path):
+    run = await profile(sim, tmp_path, [conv("p", turn(forks=["ghost"]))])
+    assert run.returncode == 1
+    assert "branch target 'ghost' not declared" in run.stderr
+    assert not run.directory.exists() and sim.simulator.records == type(sim.simulator.records)()
