@@ -107,13 +107,17 @@ async def finish(
     run = Run(process.returncode, stdout.decode(), stderr.decode(), directory)
     records_file = directory / "profile_export.jsonl"
     if records_file.exists():
-        run.records = [json.loads(line) for line in records_file.read_text().splitlines()]
+        run.records = read_jsonl(records_file)
     summary_file = directory / "profile_export_aiperf.json"
     if summary_file.exists():
         run.summary = json.loads(summary_file.read_text())
     if sim is not None:
         run.served = {r.request_id: r for r in sim.simulator.records if r.request_id}
     return run
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def children(pid: int) -> list[int]:

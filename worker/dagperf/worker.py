@@ -271,13 +271,18 @@ def serve_workers(
         for index in range(processes)
     ]
 
+    stopped_by: set[int] = set()
+
     def forward(sig: int, _frame: object) -> None:
+        stopped_by.add(sig)
         for child in children:
             child.send_signal(sig)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    return max(child.wait() for child in children)
+    codes = [child.wait() for child in children]
+    # A child still starting up dies of the signal it was sent: that is a clean stop too.
+    return max((0 if -code in stopped_by else code) for code in codes)
 
 
 async def _serve_one(scheduler: str, worker_id: str, scheduler_timeout: float) -> int:

@@ -1,0 +1,106 @@
+"""Per-request metrics and the phase summary: definitions, exact statistics, bounded memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dagperf.client import Exchange
+from dagperf.metrics import summary as summary_module
+from dagperf.metrics.record import request_metrics
+from dagperf.metrics.summary import PERCENTILES, Distribution, PhaseSummary
+from dagperf.protocol import ErrorInfo, Result
+from dagperf.replies import Reply
+
+MS = 1_000_000
+
+
+def exchange(stamps_ms: list[float], end_ms: float, usage: bytes | None = None) -> Exchange:
+    ex = Exchange(start_perf=0, end_perf=int(end_ms * MS), streamed=True)
+    ex.output_perf = [int(t * MS) for t in stamps_ms]
+    if usage:
+        ex.reply = Reply()
+        ex.reply.add_chunk(usage)
+    return ex
+
+
+def test_streaming_metrics_follow_aiperf_definitions():
+    usage = b'{"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5}}'
+    metrics = request_metrics(exchange([10, 12, 12, 15, 18], 18, usage), prompt_chars=400)
+    assert metrics["time_to_first_token"] == 10
+    assert metrics["time_to_second_token"] == 2
+    assert metrics["inter_chunk_latency"] == [2, 0, 3, 3]
+    assert metrics["request_latency"] == 18
+    assert metrics["inter_token_latency"] == pytest.approx((18 - 10) / 4)
+    assert metrics["output_token_throughput_per_user"] == pytest.approx(1000 / 2)
+    assert (metrics["output_sequence_length"], metrics["input_sequence_length"]) == (5, 20)
+
+
+def test_without_usage_tokens_are_estimated():
+    metrics = request_metrics(exchange([5, 6, 7], 7), prompt_chars=41)
+    assert metrics["output_sequence_length"] == 3  # one per output event
+    assert metrics["input_sequence_length"] == 11  # ceil(41 / 4)
+
+
+def test_exact_statistics_match_numpy():
+    rng = np.random.default_rng(3)
+    values = rng.gamma(2.0, 10.0, size=5000)
+    d = Distribution()
+    for v in values:
+        d.add(float(v))
+    stats = d.stats()
+    assert stats["avg"] == pytest.approx(values.mean())
+    assert stats["std"] == pytest.approx(values.std())  # population, as AIPerf
+    assert (stats["min"], stats["max"], stats["count"]) == (values.min(), values.max(), 5000)
+    for p in PERCENTILES:
+        assert stats[f"p{p}"] == pytest.approx(np.percentile(values, p))
+
+
+def test_past_the_exact_limit_memory_stops_growing_and_percentiles_stay_close(monkeypatch):
+    monkeypatch.setattr(summary_module, "EXACT_LIMIT", 1000)
+    rng = np.random.default_rng(5)
+    values = np.concatenate(
+        [rng.lognormal(3, 0.5, 200_000), -rng.uniform(1, 2, 1000), np.zeros(500)]
+    )
+    rng.shuffle(values)
+    d = Distribution()
+    for v in values:
+        d.add(float(v))
+    assert d._exact is None and len(d._buckets) < 10_000
+    stats = d.stats()
+    for p in PERCENTILES:
+        assert stats[f"p{p}"] == pytest.approx(np.percentile(values, p), rel=2e-3, abs=1e-9)
+    assert stats["avg"] == pytest.approx(values.mean())
+    assert stats["std"] == pytest.approx(values.std())
+
+
+def test_phase_summary_aggregates():
+    s = PhaseSummary()
+    ok = {
+        "request_latency": 100.0,
+        "output_sequence_length": 10,
+        "input_sequence_length": 4,
+        "inter_chunk_latency": [1.0, 2.0],
+    }
+    s.add(Result(1, 0, None, 2 * 10**9, ok))
+    s.add(Result(2, 10**9, None, 3 * 10**9, ok))
+    s.add(Result(3, 10**9, None, 2 * 10**9, {"error_isl": 4}, ErrorInfo(500, "X", "boom")))
+    aggregates = s.aggregates()
+    assert aggregates["benchmark_duration"] == 3.0
+    assert aggregates["request_throughput"] == pytest.approx(2 / 3)
+    assert aggregates["output_token_throughput"] == pytest.approx(20 / 3)
+    assert aggregates["request_error_rate"] == pytest.approx(100 / 3)
+    stats = s.metric_stats()
+    assert stats["inter_chunk_latency"]["count"] == 4  # list metrics aggregate every element
+    assert stats["request_latency"]["unit"] == "ms"
+    assert s.error_summary() == [
+        {"error_details": {"code": 500, "type": "X", "message": "boom"}, "count": 1}
+    ]
+
+
+def test_error_kinds_are_bounded():
+    s = PhaseSummary()
+    for i in range(500):
+        s.add(Result(i, 0, None, 1, {}, ErrorInfo(499, "RequestCancellationError", f"after {i} s")))
+    assert len(s.errors) == summary_module.MAX_ERROR_KINDS + 1
+    assert s.error_count == 500

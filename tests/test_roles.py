@@ -1,0 +1,240 @@
+"""The scheduler and worker roles as separate commands over TCP, the way pods run them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+
+import pytest
+import zmq
+
+from dagperf import protocol
+from dagperf.simulator import running_simulator
+
+from dagfile import conv, encode, turn
+from runs import RECORDING, children, read_jsonl
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def spawn(*args: str, **env: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dagperf",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=os.environ | env | {"PYTHONUNBUFFERED": "1"},
+    )
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    path = tmp_path / "data.dag.jsonl"
+    lines = [conv(f"r{i}", turn(forks=[f"c{i}"])) for i in range(8)]
+    lines += [conv(f"c{i}", turn(), turn()) for i in range(8)]
+    path.write_bytes(b"".join(encode(*lines)))
+    return path
+
+
+async def test_scheduler_and_workers_as_separate_commands(tmp_path, dataset):
+    port = free_port()
+    async with running_simulator(RECORDING) as sim:
+        scheduler = await spawn(
+            "scheduler",
+            "--input-file",
+            str(dataset),
+            "--url",
+            sim.url,
+            "--model",
+            "m",
+            "--bind",
+            f"tcp://127.0.0.1:{port}",
+            "--workers-expected",
+            "2",
+            "--quiet",
+            "--concurrency",
+            "4",
+            "--artifact-dir",
+            str(tmp_path / "out"),
+            "--log-format",
+            "json",
+        )
+        workers = await spawn(
+            "worker",
+            "--scheduler",
+            f"tcp://127.0.0.1:{port}",
+            "--worker-id",
+            "pod-a",
+            "--processes",
+            "2",
+            "--log-format",
+            "json",
+        )
+        _, err = await asyncio.wait_for(scheduler.communicate(), 60)
+        await asyncio.wait_for(workers.wait(), 30)  # the scheduler shut them down
+    assert scheduler.returncode == 0, err.decode()
+    assert workers.returncode == 0
+    logs = [json.loads(line) for line in err.decode().splitlines()]
+    assert any("worker pod-a-1 registered" in e["message"] for e in logs)
+    records = read_jsonl(tmp_path / "out" / "profile_export.jsonl")
+    assert len(records) == 24
+    assert {r["metadata"]["worker_id"] for r in records} == {"pod-a-0", "pod-a-1"}
+
+
+async def test_a_silent_worker_is_lost_after_the_heartbeat_timeout(tmp_path, dataset):
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    config = RECORDING.model_copy(update={"ttft_ms": 150})
+    async with running_simulator(config) as sim:
+        scheduler = await spawn(
+            "scheduler",
+            "--input-file",
+            str(dataset),
+            "--url",
+            sim.url,
+            "--model",
+            "m",
+            "--bind",
+            address,
+            "--workers-expected",
+            "2",
+            "--worker-timeout",
+            "1",
+            "--quiet",
+            "--concurrency",
+            "8",
+            "--artifact-dir",
+            str(tmp_path / "out"),
+        )
+        frozen = await spawn("worker", "--scheduler", address, "--worker-id", "frozen")
+        healthy = await spawn("worker", "--scheduler", address, "--worker-id", "healthy")
+        async with asyncio.timeout(30):
+            while len(sim.simulator.records) < 8:
+                await asyncio.sleep(0.01)
+        frozen.send_signal(signal.SIGSTOP)  # alive, but silent
+        try:
+            _, err = await asyncio.wait_for(scheduler.communicate(), 60)
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+            frozen.kill()
+            await frozen.wait()
+        await asyncio.wait_for(healthy.wait(), 30)
+    assert scheduler.returncode == 0, err.decode()
+    assert "lost worker frozen (no heartbeat for" in err.decode()
+    records = read_jsonl(tmp_path / "out" / "profile_export.jsonl")
+    lost = [r for r in records if r["error"] and r["error"]["type"] == "WorkerLost"]
+    assert lost and {r["metadata"]["worker_id"] for r in lost} == {"frozen"}
+    ok = [r for r in records if r["error"] is None]
+    assert ok and {r["metadata"]["worker_id"] for r in ok} >= {"healthy"}
+
+
+async def test_the_scheduler_drops_junk_and_unknown_messages(tmp_path, dataset):
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    async with running_simulator(RECORDING) as sim:
+        scheduler = await spawn(
+            "scheduler",
+            "--input-file",
+            str(dataset),
+            "--url",
+            sim.url,
+            "--model",
+            "m",
+            "--bind",
+            address,
+            "--quiet",
+            "--artifact-dir",
+            str(tmp_path / "out"),
+        )
+        intruder = zmq.Context.instance().socket(zmq.DEALER)
+        intruder.setsockopt(zmq.IDENTITY, b"intruder")
+        intruder.setsockopt(zmq.LINGER, 0)
+        intruder.connect(address)
+        for frames in (
+            [b"hello"],
+            [protocol.VERSION, b"\xc1\xc1"],
+            [b"dagperf/9", b"x"],
+            protocol.encode(protocol.Results([])),
+        ):  # Results from a stranger
+            intruder.send_multipart(frames)
+        await asyncio.sleep(0.2)  # let them land before the real worker
+        worker = await spawn("worker", "--scheduler", address, "--worker-id", "w")
+        _, err = await asyncio.wait_for(scheduler.communicate(), 60)
+        await asyncio.wait_for(worker.wait(), 30)
+        intruder.close()
+    assert scheduler.returncode == 0, err.decode()
+    assert "dropped a malformed message" in err.decode()
+    assert len((tmp_path / "out" / "profile_export.jsonl").read_text().splitlines()) == 24
+
+
+async def test_a_worker_waits_for_its_scheduler_and_leaves_when_told(tmp_path, dataset):
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    worker = await spawn(
+        "worker", "--scheduler", address, "--worker-id", "early", "--processes", "2"
+    )
+    await asyncio.sleep(0.5)  # the worker starts first and keeps saying Hello
+    assert len(children(worker.pid)) == 2
+    async with running_simulator(RECORDING) as sim:
+        scheduler = await spawn(
+            "scheduler",
+            "--input-file",
+            str(dataset),
+            "--url",
+            sim.url,
+            "--model",
+            "m",
+            "--bind",
+            address,
+            "--workers-expected",
+            "2",
+            "--quiet",
+            "--artifact-dir",
+            str(tmp_path / "out"),
+        )
+        _, err = await asyncio.wait_for(scheduler.communicate(), 60)
+    assert scheduler.returncode == 0, err.decode()
+    assert await asyncio.wait_for(worker.wait(), 30) == 0
+
+
+async def test_a_worker_stops_on_sigterm(tmp_path):
+    worker = await spawn(
+        "worker", "--scheduler", f"tcp://127.0.0.1:{free_port()}", "--processes", "2"
+    )
+    await asyncio.sleep(0.5)
+    worker.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(worker.wait(), 10) == 0
+
+
+async def test_scheduler_registration_timeout_says_what_is_missing(tmp_path, dataset):
+    scheduler = await spawn(
+        "scheduler",
+        "--input-file",
+        str(dataset),
+        "--url",
+        "127.0.0.1:9",
+        "--model",
+        "m",
+        "--bind",
+        f"tcp://127.0.0.1:{free_port()}",
+        "--workers-expected",
+        "3",
+        "--registration-timeout",
+        "0.5",
+        "--artifact-dir",
+        str(tmp_path / "out"),
+    )
+    _, err = await asyncio.wait_for(scheduler.communicate(), 30)
+    assert scheduler.returncode == 1
+    assert "only 0 of 3 worker(s) registered within 0 s" in err.decode()
+    assert "Traceback" not in err.decode()

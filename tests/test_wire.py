@@ -1,0 +1,185 @@
+"""The wire-level pieces: SSE framing, reply decoding, the ZeroMQ protocol, routing."""
+
+from __future__ import annotations
+
+import collections
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dagperf import protocol
+from dagperf.endpoints import captured_reply, prompt_text
+from dagperf.replies import MalformedResponse, Reply, ServerError
+from dagperf.routing import RendezvousRouter
+from dagperf.sse import Event, SSEParser
+
+STREAM = (
+    b": keep-alive\n\n"
+    b'data: {"choices":[{"delta":{"role":"assistant","content":"Hel"}}]}\n\n'
+    b"event: message\r\n"
+    b'data: {"choices":[{"delta":{"content":"lo"}}]}\r\n\r\n'
+    b"data: line one\ndata: line two\n\n"
+    b"data: [DONE]\n\n"
+)
+
+
+def test_sse_events_whatever_the_chunking():
+    whole = SSEParser().feed(STREAM)
+    assert whole == [
+        Event(b'{"choices":[{"delta":{"role":"assistant","content":"Hel"}}]}', b""),
+        Event(b'{"choices":[{"delta":{"content":"lo"}}]}', b"message"),
+        Event(b"line one\nline two", b""),
+        Event(b"[DONE]", b""),
+    ]
+    for size in (1, 2, 3, 7, 50):
+        parser = SSEParser()
+        events = [e for i in range(0, len(STREAM), size) for e in parser.feed(STREAM[i : i + size])]
+        assert events == whole, size
+
+
+@given(st.lists(st.integers(1, 40), max_size=30))
+def test_sse_chunk_boundaries_never_change_the_events(cuts):
+    parser, events, position = SSEParser(), [], 0
+    for cut in cuts:
+        events += parser.feed(STREAM[position : position + cut])
+        position += cut
+    events += parser.feed(STREAM[position:])
+    events += parser.close()
+    assert events == SSEParser().feed(STREAM)
+
+
+def test_sse_lone_cr_line_endings_and_an_unterminated_last_event():
+    parser = SSEParser()
+    assert parser.feed(b"data: a\r\rdata: b") == [Event(b"a", b"")]
+    assert parser.close() == [Event(b"b", b"")]
+
+
+def test_reply_from_stream_chunks_with_reasoning_tool_calls_and_usage():
+    reply = Reply()
+    chunks = [
+        b'{"choices":[{"delta":{"reasoning_content":"think "}}]}',
+        b'{"choices":[{"delta":{"reasoning":"more"}}]}',
+        b'{"choices":[{"delta":{"content":"Hi"}}]}',
+        b'{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function",'
+        b'"function":{"name":"get","arguments":"{\\"a\\""}}]}}]}',
+        b'{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":": 1}"}}]}}]}',
+        b'{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}',
+        b'{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":5,'
+        b'"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}',
+    ]
+    carried = [reply.add_chunk(c) for c in chunks]
+    assert carried == [True, True, True, True, True, False, False]
+    assert reply.message() == {
+        "role": "assistant",
+        "content": "Hi",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get", "arguments": '{"a": 1}'}}
+        ],
+    }
+    assert reply.usage_counts() == {
+        "usage_prompt_tokens": 9,
+        "usage_completion_tokens": 5,
+        "usage_prompt_cache_read_tokens": 4,
+        "usage_reasoning_tokens": 2,
+    }
+
+
+def test_reply_from_a_whole_body():
+    reply = Reply()
+    reply.add_body(
+        b'{"choices":[{"message":{"role":"assistant","content":"","reasoning_content":"why"}}]}'
+    )
+    assert reply.message() == {"role": "assistant", "content": "why"}  # reasoning stands in
+    completion = Reply()
+    completion.add_body(b'{"choices":[{"text":"done"}],"usage":{"completion_tokens":1}}')
+    assert completion.text == "done" and completion.usage_counts() == {"usage_completion_tokens": 1}
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "kind", "message"),
+    [
+        (
+            b'{"error":{"message":"slow down","type":"rate_limit","code":429}}',
+            429,
+            "rate_limit",
+            "slow down",
+        ),
+        (
+            b'{"object":"error","message":"bad","type":"BadRequestError","code":400}',
+            400,
+            "BadRequestError",
+            "bad",
+        ),
+        (b'{"error":"plain"}', None, "ServerError", "plain"),
+    ],
+)
+def test_server_errors_in_either_shape(raw, code, kind, message):
+    with pytest.raises(ServerError) as caught:
+        Reply().add_chunk(raw)
+    assert (caught.value.code, caught.value.kind, str(caught.value)) == (code, kind, message)
+
+
+@pytest.mark.parametrize(
+    "raw", [b"{not json", b"[1,2]", b'{"choices": 5}', b'{"choices":[{"delta":{"content":3}}]}']
+)
+def test_malformed_chunks(raw):
+    with pytest.raises(MalformedResponse):
+        Reply().add_chunk(raw)
+
+
+def test_captured_reply_rules():
+    assert captured_reply("answer", "thoughts", None) == {"role": "assistant", "content": "answer"}
+    assert captured_reply("", "thoughts", None) == {"role": "assistant", "content": "thoughts"}
+    call = [{"id": "x", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    assert captured_reply("", "thoughts", call) == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": call,
+    }
+    assert (
+        prompt_text(
+            [
+                {"role": "user", "content": [{"type": "text", "text": "a"}]},
+                {"role": "assistant", "content": "b"},
+            ]
+        )
+        == "a\nb"
+    )
+
+
+def test_protocol_round_trip_and_refusals():
+    credit = protocol.Credit(
+        1, 2, 3, -1, 0, [{"role": "user", "content": "x"}], {"model": "m"}, "r", "c", "k"
+    )
+    message = protocol.Credits([credit])
+    assert protocol.decode(protocol.encode(message)) == message
+    with pytest.raises(protocol.BadMessage, match="unsupported protocol"):
+        protocol.decode([b"dagperf/99", msgspec.msgpack.encode({"type": "credits"})])
+    with pytest.raises(protocol.BadMessage):
+        protocol.decode([protocol.VERSION, b"\xc1garbage"])
+    with pytest.raises(protocol.BadMessage):
+        protocol.decode([protocol.VERSION, msgspec.msgpack.encode({"type": "launch-missiles"})])
+    with pytest.raises(protocol.BadMessage, match="expected 2 frames"):
+        protocol.decode([protocol.VERSION])
+
+
+def test_rendezvous_routing_is_stable_and_moves_only_what_it_must():
+    router = RendezvousRouter()
+    for w in ("w1", "w2", "w3", "w4"):
+        router.add(w)
+    keys = [f"key-{i}" for i in range(2000)]
+    before = {k: router.pick(k) for k in keys}
+    share = collections.Counter(before.values())
+    assert all(350 < n < 650 for n in share.values())  # about a quarter each
+    assert before == {k: router.pick(k) for k in keys}  # deterministic
+    router.remove("w2")
+    after = {k: router.pick(k) for k in keys}
+    moved = [k for k in keys if before[k] != after[k]]
+    assert moved and all(before[k] == "w2" for k in moved)  # only w2's keys moved
+    router.add("w5")
+    grown = {k: router.pick(k) for k in keys}
+    assert all(grown[k] in (after[k], "w5") for k in keys)  # a new worker only takes keys
+    with pytest.raises(LookupError):
+        RendezvousRouter().pick("k")
