@@ -37,6 +37,12 @@ async def spawn(*args: str, **env: str) -> asyncio.subprocess.Process:
     )
 
 
+async def until_children(pid: int, count: int) -> None:
+    async with asyncio.timeout(30):
+        while len(children(pid)) < count:
+            await asyncio.sleep(0.01)
+
+
 @pytest.fixture
 def dataset(tmp_path):
     path = tmp_path / "data.dag.jsonl"
@@ -141,6 +147,7 @@ async def test_a_silent_worker_is_lost_after_the_heartbeat_timeout(tmp_path, dat
 async def test_the_scheduler_drops_junk_and_unknown_messages(tmp_path, dataset):
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
+    junk = [[b"hello"], [protocol.VERSION, b"\xc1\xc1"], [b"dagperf/9", b"x"]]
     async with running_simulator(RECORDING) as sim:
         scheduler = await spawn(
             "scheduler",
@@ -160,20 +167,17 @@ async def test_the_scheduler_drops_junk_and_unknown_messages(tmp_path, dataset):
         intruder.setsockopt(zmq.IDENTITY, b"intruder")
         intruder.setsockopt(zmq.LINGER, 0)
         intruder.connect(address)
-        for frames in (
-            [b"hello"],
-            [protocol.VERSION, b"\xc1\xc1"],
-            [b"dagperf/9", b"x"],
-            protocol.encode(protocol.Results([])),
-        ):  # Results from a stranger
+        for frames in [*junk, protocol.encode(protocol.Results([]))]:  # Results from a stranger
             intruder.send_multipart(frames)
-        await asyncio.sleep(0.2)  # let them land before the real worker
+        log = []
+        async with asyncio.timeout(30):  # the scheduler says it dropped each bad message
+            while sum("dropped a malformed message" in line for line in log) < len(junk):
+                log.append((await scheduler.stderr.readline()).decode())
         worker = await spawn("worker", "--scheduler", address, "--worker-id", "w")
         _, err = await asyncio.wait_for(scheduler.communicate(), 60)
         await asyncio.wait_for(worker.wait(), 30)
         intruder.close()
-    assert scheduler.returncode == 0, err.decode()
-    assert "dropped a malformed message" in err.decode()
+    assert scheduler.returncode == 0, "".join(log) + err.decode()
     assert len((tmp_path / "out" / "profile_export.jsonl").read_text().splitlines()) == 24
 
 
@@ -183,8 +187,7 @@ async def test_a_worker_waits_for_its_scheduler_and_leaves_when_told(tmp_path, d
     worker = await spawn(
         "worker", "--scheduler", address, "--worker-id", "early", "--processes", "2"
     )
-    await asyncio.sleep(0.5)  # the worker starts first and keeps saying Hello
-    assert len(children(worker.pid)) == 2
+    await until_children(worker.pid, 2)  # the worker starts first and keeps saying Hello
     async with running_simulator(RECORDING) as sim:
         scheduler = await spawn(
             "scheduler",
@@ -211,7 +214,7 @@ async def test_a_worker_stops_on_sigterm(tmp_path):
     worker = await spawn(
         "worker", "--scheduler", f"tcp://127.0.0.1:{free_port()}", "--processes", "2"
     )
-    await asyncio.sleep(0.5)
+    await until_children(worker.pid, 2)
     worker.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(worker.wait(), 10) == 0
 

@@ -250,39 +250,27 @@ def serve_workers(
     `<worker_id>-<index>`. Runs until the scheduler shuts them down or a signal stops them."""
     if processes == 1:
         return asyncio.run(_serve_one(scheduler, worker_id, scheduler_timeout))
-    children = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dagperf",
-                "worker",
-                "--scheduler",
-                scheduler,
-                "--worker-id",
-                f"{worker_id}-{index}",
-                "--processes",
-                "1",
-                "--scheduler-timeout",
-                str(scheduler_timeout),
-                *log_flags,
-            ]
-        )
-        for index in range(processes)
-    ]
-
     stopped_by: set[int] = set()
+    children: list[subprocess.Popen] = []
 
     def forward(sig: int, _frame: object) -> None:
         stopped_by.add(sig)
         for child in children:
             child.send_signal(sig)
 
+    # Forward signals before the first child exists, so none is ever orphaned.
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    for index in range(processes):
+        if stopped_by:
+            break
+        command = ["-m", "dagperf", "worker", "--scheduler", scheduler, "--processes", "1"]
+        command += ["--worker-id", f"{worker_id}-{index}"]
+        command += ["--scheduler-timeout", str(scheduler_timeout), *log_flags]
+        children.append(subprocess.Popen([sys.executable, *command]))
     codes = [child.wait() for child in children]
     # A child still starting up dies of the signal it was sent: that is a clean stop too.
-    return max((0 if -code in stopped_by else code) for code in codes)
+    return max((0 if -code in stopped_by else code for code in codes), default=0)
 
 
 async def _serve_one(scheduler: str, worker_id: str, scheduler_timeout: float) -> int:
