@@ -439,7 +439,7 @@ def _report(outcome: Any, console: Any, artifact_dir: Path) -> int:
 
 def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from dagperf.console import Console
-    from dagperf.profile import discover_model, run_sync
+    from dagperf.profile import default_model, run_sync
     from dagperf.scheduler import Artifacts, Scheduler
 
     setup_logging(args.log_format, getattr(logging, args.log_level))
@@ -454,7 +454,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     async def go() -> int:
         if fields["model"] is None:
-            fields["model"] = await discover_model(fields["url"])
+            fields["model"] = await default_model(graph, fields["url"])
         endpoint = EndpointConfig(**fields)
         input_config = _input_config(args, load, args.workers_expected)
         input_config["endpoint"] = endpoint.redacted()

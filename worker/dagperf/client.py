@@ -46,8 +46,10 @@ async def exchange(
     headers: dict[str, str],
     timeout: aiohttp.ClientTimeout,
     out: Exchange,
+    streaming: bool = True,
 ) -> None:
-    """Send one request and fill `out`; `out` keeps what happened so far if cancelled."""
+    """Send one request and fill `out`; `out` keeps what happened so far if cancelled.
+    `streaming` says events were asked for, so a body that is not JSON is read as a stream."""
     out.start_ns = time.time_ns()
     out.start_perf = time.perf_counter_ns()
     try:
@@ -55,7 +57,9 @@ async def exchange(
             out.ack_ns = time.time_ns()
             if response.status >= 400:
                 out.error = _http_error(response.status, response.reason, await response.read())
-            elif response.content_type == "text/event-stream":
+            elif response.content_type == "text/event-stream" or (
+                streaming and response.content_type != "application/json"
+            ):  # some servers stream events under another content type
                 out.streamed = True
                 await _read_stream(response, out)
             else:

@@ -59,7 +59,7 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
             simulator = await stack.enter_async_context(_child_simulator(plan.simulator_args))
             endpoint_fields["url"] = simulator
         if endpoint_fields.get("model") is None:
-            endpoint_fields["model"] = await discover_model(endpoint_fields["url"])
+            endpoint_fields["model"] = await default_model(plan.graph, endpoint_fields["url"])
         endpoint = EndpointConfig(**endpoint_fields)
         plan.input_config["endpoint"] = endpoint.redacted()
         socket_dir = Path(tempfile.mkdtemp(prefix="dagperf-"))
@@ -171,8 +171,17 @@ async def _child_simulator(args: tuple[str, ...]):
         await _stop(process)
 
 
+async def default_model(graph: RequestGraph, url: str) -> str:
+    """The model for turns that name none, when --model is not given: the first model the
+    server lists. When every turn names its model, none is needed and the server is not asked."""
+    named = {node.payload.model for tree in graph.trees for node in tree.nodes}
+    if None not in named:
+        return sorted(named)[0]
+    return await discover_model(url)
+
+
 async def discover_model(url: str) -> str:
-    """The first model the server lists, for runs without --model."""
+    """The first model the server lists."""
     base = EndpointConfig(url=url, model="-").url
     try:
         async with (

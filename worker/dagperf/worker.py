@@ -186,7 +186,9 @@ class Worker:
         if settings.affinity_header:
             headers[settings.affinity_header] = credit.routing_key
         try:
-            await exchange(self._session, settings.url, raw, headers, self._timeout, ex)
+            await exchange(
+                self._session, settings.url, raw, headers, self._timeout, ex, settings.streaming
+            )
         except asyncio.CancelledError:
             now = time.time_ns()
             started = ex.start_ns or now

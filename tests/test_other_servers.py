@@ -1,0 +1,112 @@
+"""Servers that are not the simulator: a bare recording endpoint with no /v1/models, streaming
+events under a plain content type, and no [DONE]."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from aiohttp import web
+
+from dagperf.console import Console, render_summary
+from dagperf.engine import Phase, Progress
+
+from dagfile import conv, turn, user
+from runs import finish, start_profile
+
+
+@pytest.fixture
+async def bare():
+    """Streams two words per request as text/plain events, without [DONE]; records bodies."""
+    seen: list[dict] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        seen.append(await request.json())
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        for word in ("hello", " there"):
+            await response.write(
+                b'data:{"choices":[{"delta":{"content":"%s"}}]}\n\n' % word.encode()
+            )
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+    await runner.cleanup()
+
+
+async def test_turns_that_name_their_model_need_no_model_flag(bare, tmp_path):
+    url, seen = bare
+    lines = [
+        conv(
+            "p",
+            turn(messages=[user("a")], model="named"),
+            turn(messages=[user("b")], model="named"),
+        )
+    ]
+    process, directory = await start_profile(url, tmp_path, lines, "--streaming")
+    run = await finish(process, directory, None)
+    assert run.returncode == 0, run.stderr
+    assert [body["model"] for body in seen] == ["named", "named"]
+    assert seen[1]["messages"][1] == {"role": "assistant", "content": "hello there"}
+    assert run.records[0]["metrics"]["output_sequence_length"]["value"] == 2  # estimated: 2 events
+
+
+async def test_a_turn_without_a_model_needs_one_from_somewhere(bare, tmp_path):
+    url, _ = bare
+    process, directory = await start_profile(url, tmp_path, [conv("p")], "--streaming")
+    run = await finish(process, directory, None)
+    assert run.returncode == 1
+    assert "could not read a model name from" in run.stderr and "pass --model" in run.stderr
+
+
+def test_progress_line_and_summary():
+    stream = io.StringIO()
+    console = Console(stream, live=True)
+    console.progress(
+        Progress(
+            Phase.PROFILING,
+            sent=12,
+            completed=10,
+            errors=1,
+            in_flight=2,
+            expected=40,
+            roots_started=3,
+        )
+    )
+    console.done()
+    line = stream.getvalue()
+    assert line.startswith("\r\x1b[2K[profiling] 10/40 requests")
+    assert "errors 1" in line and "in flight 2" in line and line.endswith("\n")
+    quiet = io.StringIO()
+    Console(quiet, quiet=True).progress(Progress(Phase.WARMUP, 1, 1, 0, 0, None, 1))
+    assert quiet.getvalue() == ""
+    document = {
+        "time_to_first_token": {
+            "unit": "ms",
+            "avg": 20.5,
+            "min": 20.0,
+            "max": 21.0,
+            "p99": 21.0,
+            "p90": 21.0,
+            "p50": 20.5,
+            "std": 0.5,
+        },
+        "request_throughput": {"unit": "requests/sec", "avg": 1234.5},
+        "branch_stats": {"children_spawned": 2, "children_completed": 2},
+        "error_summary": [
+            {"error_details": {"code": 500, "type": "Internal", "message": "boom"}, "count": 3}
+        ],
+    }
+    text = render_summary(document, "artifacts/x")
+    assert "Time to First Token (ms)  20.50" in text
+    assert "Request Throughput (requests/sec): 1,234.50" in text
+    assert "BranchStats: children_spawned 2, children_completed 2" in text
+    assert "Errors: 3 x 500 Internal: boom" in text
+    assert json.dumps(document)  # the document stays JSON
