@@ -81,3 +81,12 @@ def check_tree(tree) -> None:
         if session.parent is not None:
             assert session.depth == tree.sessions[session.parent].depth + 1
         assert session.route == s or session.kind == "fork"
+
+
+def stats(**nonzero: int) -> dict[str, int]:
+    """BranchStats with every counter zero but those given."""
+    names = (
+        "children_spawned children_completed children_errored children_truncated "
+        "parents_suspended parents_resumed parents_failed_due_to_child_error joins_suppressed"
+    ).split()
+    return dict.fromkeys(names, 0) | nonzero

@@ -7,12 +7,16 @@ received); dagperf runs as real processes: the profile driver, its workers, Zero
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from aiohttp import web
 
 from dagperf.simulator import RunningSimulator, SimConfig, SimRecord
 
@@ -116,6 +120,18 @@ async def finish(
     return run
 
 
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serve an aiohttp app on a free loopback port; yields its base URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -159,11 +175,3 @@ def check_dependencies_finished_first(run: Run) -> None:
             served_dep, served = run.served[dep], run.served[m["x_request_id"]]
             waited = served.received_ns - served_dep.end_ns
             assert waited >= m["delay_ms"] * 1e6, (m, waited)
-
-
-def stats(**nonzero: int) -> dict[str, int]:
-    names = (
-        "children_spawned children_completed children_errored children_truncated "
-        "parents_suspended parents_resumed parents_failed_due_to_child_error joins_suppressed"
-    ).split()
-    return dict.fromkeys(names, 0) | nonzero

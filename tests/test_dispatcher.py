@@ -10,7 +10,7 @@ from dagperf.config import LoadConfig
 from dagperf.engine import Dispatcher, Flight, Phase
 from dagperf.graph import compile_dag_jsonl
 
-from dagfile import conv, load, turn
+from dagfile import conv, load, stats, turn
 
 
 class Clock:
@@ -84,23 +84,6 @@ EXAMPLE = (
     conv("a", turn(), turn()),
     conv("b", turn(), turn()),
 )
-
-
-def stats(**nonzero: int) -> dict[str, int]:
-    base = dict.fromkeys(
-        [
-            "children_spawned",
-            "children_completed",
-            "children_errored",
-            "children_truncated",
-            "parents_suspended",
-            "parents_resumed",
-            "parents_failed_due_to_child_error",
-            "joins_suppressed",
-        ],
-        0,
-    )
-    return base | nonzero
 
 
 def test_fork_children_go_out_when_the_parent_returns_and_stay_on_its_worker():

@@ -13,7 +13,7 @@ from dagperf.console import Console, render_summary
 from dagperf.engine import Phase, Progress
 
 from dagfile import conv, turn, user
-from runs import finish, start_profile
+from runs import finish, serving, start_profile
 
 
 @pytest.fixture
@@ -33,12 +33,8 @@ async def bare():
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
-    await runner.cleanup()
+    async with serving(app) as url:
+        yield url, seen
 
 
 async def test_turns_that_name_their_model_need_no_model_flag(bare, tmp_path):

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 import zmq
@@ -19,22 +20,29 @@ from dagfile import conv, encode, turn
 from runs import RECORDING, children, read_jsonl
 
 
-def free_port() -> int:
+def free_address() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-async def spawn(*args: str, **env: str) -> asyncio.subprocess.Process:
+async def spawn(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "dagperf",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=os.environ | env | {"PYTHONUNBUFFERED": "1"},
-    )
+        sys.executable, "-m", "dagperf", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+
+async def spawn_scheduler(
+    dataset: Path, url: str, address: str, out: Path, *flags: str
+) -> asyncio.subprocess.Process:
+    common = ["--input-file", str(dataset), "--url", url, "--model", "m", "--bind", address]
+    return await spawn("scheduler", *common, "--artifact-dir", str(out), "--quiet", *flags)
+
+
+async def spawn_worker(address: str, worker_id: str, *flags: str) -> asyncio.subprocess.Process:
+    return await spawn("worker", "--scheduler", address, "--worker-id", worker_id, *flags)
 
 
 async def until_children(pid: int, count: int) -> None:
@@ -53,39 +61,13 @@ def dataset(tmp_path):
 
 
 async def test_scheduler_and_workers_as_separate_commands(tmp_path, dataset):
-    port = free_port()
+    address = free_address()
     async with running_simulator(RECORDING) as sim:
-        scheduler = await spawn(
-            "scheduler",
-            "--input-file",
-            str(dataset),
-            "--url",
-            sim.url,
-            "--model",
-            "m",
-            "--bind",
-            f"tcp://127.0.0.1:{port}",
-            "--workers-expected",
-            "2",
-            "--quiet",
-            "--concurrency",
-            "4",
-            "--artifact-dir",
-            str(tmp_path / "out"),
-            "--log-format",
-            "json",
-        )
-        workers = await spawn(
-            "worker",
-            "--scheduler",
-            f"tcp://127.0.0.1:{port}",
-            "--worker-id",
-            "pod-a",
-            "--processes",
-            "2",
-            "--log-format",
-            "json",
-        )
+        scheduler = await spawn_scheduler(
+            dataset, sim.url, address, tmp_path / "out",
+            "--workers-expected", "2", "--concurrency", "4", "--log-format", "json",
+        )  # fmt: skip
+        workers = await spawn_worker(address, "pod-a", "--processes", "2", "--log-format", "json")
         _, err = await asyncio.wait_for(scheduler.communicate(), 60)
         await asyncio.wait_for(workers.wait(), 30)  # the scheduler shut them down
     assert scheduler.returncode == 0, err.decode()
@@ -98,32 +80,15 @@ async def test_scheduler_and_workers_as_separate_commands(tmp_path, dataset):
 
 
 async def test_a_silent_worker_is_lost_after_the_heartbeat_timeout(tmp_path, dataset):
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    address = free_address()
     config = RECORDING.model_copy(update={"ttft_ms": 150})
     async with running_simulator(config) as sim:
-        scheduler = await spawn(
-            "scheduler",
-            "--input-file",
-            str(dataset),
-            "--url",
-            sim.url,
-            "--model",
-            "m",
-            "--bind",
-            address,
-            "--workers-expected",
-            "2",
-            "--worker-timeout",
-            "1",
-            "--quiet",
-            "--concurrency",
-            "8",
-            "--artifact-dir",
-            str(tmp_path / "out"),
-        )
-        frozen = await spawn("worker", "--scheduler", address, "--worker-id", "frozen")
-        healthy = await spawn("worker", "--scheduler", address, "--worker-id", "healthy")
+        scheduler = await spawn_scheduler(
+            dataset, sim.url, address, tmp_path / "out",
+            "--workers-expected", "2", "--worker-timeout", "1", "--concurrency", "8",
+        )  # fmt: skip
+        frozen = await spawn_worker(address, "frozen")
+        healthy = await spawn_worker(address, "healthy")
         async with asyncio.timeout(30):
             while len(sim.simulator.records) < 8:
                 await asyncio.sleep(0.01)
@@ -145,24 +110,10 @@ async def test_a_silent_worker_is_lost_after_the_heartbeat_timeout(tmp_path, dat
 
 
 async def test_the_scheduler_drops_junk_and_unknown_messages(tmp_path, dataset):
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    address = free_address()
     junk = [[b"hello"], [protocol.VERSION, b"\xc1\xc1"], [b"dagperf/9", b"x"]]
     async with running_simulator(RECORDING) as sim:
-        scheduler = await spawn(
-            "scheduler",
-            "--input-file",
-            str(dataset),
-            "--url",
-            sim.url,
-            "--model",
-            "m",
-            "--bind",
-            address,
-            "--quiet",
-            "--artifact-dir",
-            str(tmp_path / "out"),
-        )
+        scheduler = await spawn_scheduler(dataset, sim.url, address, tmp_path / "out")
         intruder = zmq.Context.instance().socket(zmq.DEALER)
         intruder.setsockopt(zmq.IDENTITY, b"intruder")
         intruder.setsockopt(zmq.LINGER, 0)
@@ -173,70 +124,38 @@ async def test_the_scheduler_drops_junk_and_unknown_messages(tmp_path, dataset):
         async with asyncio.timeout(30):  # the scheduler says it dropped each bad message
             while sum("dropped a malformed message" in line for line in log) < len(junk):
                 log.append((await scheduler.stderr.readline()).decode())
-        worker = await spawn("worker", "--scheduler", address, "--worker-id", "w")
+        worker = await spawn_worker(address, "w")
         _, err = await asyncio.wait_for(scheduler.communicate(), 60)
         await asyncio.wait_for(worker.wait(), 30)
         intruder.close()
     assert scheduler.returncode == 0, "".join(log) + err.decode()
-    assert len((tmp_path / "out" / "profile_export.jsonl").read_text().splitlines()) == 24
+    assert len(read_jsonl(tmp_path / "out" / "profile_export.jsonl")) == 24
 
 
 async def test_a_worker_waits_for_its_scheduler_and_leaves_when_told(tmp_path, dataset):
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    worker = await spawn(
-        "worker", "--scheduler", address, "--worker-id", "early", "--processes", "2"
-    )
+    address = free_address()
+    worker = await spawn_worker(address, "early", "--processes", "2")
     await until_children(worker.pid, 2)  # the worker starts first and keeps saying Hello
     async with running_simulator(RECORDING) as sim:
-        scheduler = await spawn(
-            "scheduler",
-            "--input-file",
-            str(dataset),
-            "--url",
-            sim.url,
-            "--model",
-            "m",
-            "--bind",
-            address,
-            "--workers-expected",
-            "2",
-            "--quiet",
-            "--artifact-dir",
-            str(tmp_path / "out"),
-        )
+        out = tmp_path / "out"
+        scheduler = await spawn_scheduler(dataset, sim.url, address, out, "--workers-expected", "2")
         _, err = await asyncio.wait_for(scheduler.communicate(), 60)
     assert scheduler.returncode == 0, err.decode()
     assert await asyncio.wait_for(worker.wait(), 30) == 0
 
 
-async def test_a_worker_stops_on_sigterm(tmp_path):
-    worker = await spawn(
-        "worker", "--scheduler", f"tcp://127.0.0.1:{free_port()}", "--processes", "2"
-    )
+async def test_a_worker_stops_on_sigterm():
+    worker = await spawn_worker(free_address(), "w", "--processes", "2")
     await until_children(worker.pid, 2)
     worker.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(worker.wait(), 10) == 0
 
 
 async def test_scheduler_registration_timeout_says_what_is_missing(tmp_path, dataset):
-    scheduler = await spawn(
-        "scheduler",
-        "--input-file",
-        str(dataset),
-        "--url",
-        "127.0.0.1:9",
-        "--model",
-        "m",
-        "--bind",
-        f"tcp://127.0.0.1:{free_port()}",
-        "--workers-expected",
-        "3",
-        "--registration-timeout",
-        "0.5",
-        "--artifact-dir",
-        str(tmp_path / "out"),
-    )
+    scheduler = await spawn_scheduler(
+        dataset, "127.0.0.1:9", free_address(), tmp_path / "out",
+        "--workers-expected", "3", "--registration-timeout", "0.5",
+    )  # fmt: skip
     _, err = await asyncio.wait_for(scheduler.communicate(), 30)
     assert scheduler.returncode == 1
     assert "only 0 of 3 worker(s) registered within 0 s" in err.decode()

@@ -14,8 +14,16 @@ from aiohttp import web
 
 from dagperf.simulator import SimConfig, running_simulator
 
-from dagfile import conv, turn
-from runs import RECORDING, children, dagperf_processes, finish, profile, start_profile, stats
+from dagfile import conv, stats, turn
+from runs import (
+    RECORDING,
+    children,
+    dagperf_processes,
+    finish,
+    profile,
+    serving,
+    start_profile,
+)
 
 
 @pytest.fixture
@@ -121,31 +129,12 @@ async def test_timeouts_and_malformed_streams_are_error_records(tmp_path):
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", garbage)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        lines = [
-            conv(name, turn(messages=[{"role": "user", "content": name}]))
-            for name in ("slow", "junk", "error")
-        ]
-        process, directory = await start_profile(
-            f"127.0.0.1:{port}",
-            tmp_path,
-            lines,
-            "--model",
-            "m",
-            "--streaming",
-            "--request-timeout-seconds",
-            "0.5",
-            "--concurrency",
-            "3",
-        )
+    names = ("slow", "junk", "error")
+    lines = [conv(name, turn(messages=[{"role": "user", "content": name}])) for name in names]
+    async with serving(app) as url:
+        flags = ("--model", "m", "--streaming", "--request-timeout-seconds", "0.5")
+        process, directory = await start_profile(url, tmp_path, lines, *flags, "--concurrency", "3")
         run = await finish(process, directory, None)
-    finally:
-        await runner.cleanup()
     assert run.returncode == 0, run.stderr
     errors = {r["metadata"]["conversation_id"]: r["error"] for r in run.records}
     assert errors["slow"]["type"] == "TimeoutError"

@@ -10,8 +10,8 @@ import pytest
 
 from dagperf.simulator import SimConfig, running_simulator
 
-from dagfile import conv, turn, user
-from runs import RECORDING, check_dependencies_finished_first, profile, stats
+from dagfile import conv, stats, turn, user
+from runs import RECORDING, check_dependencies_finished_first, profile
 
 SYSTEM = {"role": "system", "content": "be careful"}
 

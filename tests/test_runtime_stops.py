@@ -6,8 +6,8 @@ import pytest
 
 from dagperf.simulator import SimConfig, running_simulator
 
-from dagfile import conv, turn
-from runs import RECORDING, Run, check_dependencies_finished_first, profile, stats
+from dagfile import conv, stats, turn
+from runs import RECORDING, Run, check_dependencies_finished_first, profile
 
 FORKING = [
     conv("root", turn(forks=["a", "b"])),
