@@ -274,3 +274,24 @@ async def test_completions_endpoint_sends_the_history_as_one_prompt(sim, tmp_pat
     assert run.server("p:0").endpoint == "completions"
     assert run.body("p:0")["prompt"] == "first"
     assert run.body("p:1")["prompt"] == f"first\n{run.server('p:0').reply}\nsecond"
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_the_captured_reply_keeps_tool_calls(sim, tmp_path, streaming):
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    lines = [
+        conv(
+            "p",
+            turn(messages=[user("find it")], tools=tools, extra={"tool_choice": "required"}),
+            turn(messages=[{"role": "tool", "tool_call_id": "x", "content": "found"}]),
+        )
+    ]
+    run = await profile(sim, tmp_path, lines, *(["--streaming"] if streaming else []))
+    assert run.returncode == 0, run.stderr
+    call = run.server("p:0").tool_call
+    assert call["function"]["name"] == "search"
+    assert run.body("p:1")["messages"] == [
+        user("find it"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "x", "content": "found"},
+    ]

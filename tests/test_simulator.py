@@ -297,3 +297,23 @@ def test_simulate_command_refuses_a_busy_port():
         first.wait(timeout=10)
     assert second.returncode == 1
     assert "cannot listen" in second.stderr and "Traceback" not in second.stderr
+
+
+async def test_a_required_tool_choice_answers_with_a_tool_call():
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    forced = chat(tools=tools, tool_choice="required", max_tokens=3, ignore_eos=True)
+    async with running_simulator(FAST) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+        _, raw, _ = await post(url, forced | {"stream": True})
+        _, whole, _ = await post(url, forced)
+        _, plain, _ = await post(url, chat(tools=tools))  # "auto": the model answers in text
+    deltas = [c["choices"][0]["delta"] for c in events(raw)[:-2]]
+    first = deltas[0]["tool_calls"][0]
+    assert (first["index"], first["type"], first["function"]["name"]) == (0, "function", "lookup")
+    arguments = "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas)
+    assert json.loads(arguments)["query"]
+    assert events(raw)[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    message = json.loads(whole)["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["tool_calls"][0]["function"]["name"] == "lookup"
+    assert "tool_calls" not in json.loads(plain)["choices"][0]["message"]

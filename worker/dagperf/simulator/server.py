@@ -49,6 +49,7 @@ class SimRecord:
     body: Any = None
     headers: dict[str, str] | None = None
     reply: str | None = None  # the content sent, when bodies are recorded
+    tool_call: dict[str, Any] | None = None  # the tool call sent instead, when recorded
     done: bool = field(default=False, repr=False)
 
 
@@ -127,17 +128,20 @@ class Simulator:
         record.cached_tokens = cached
         record.completion_tokens = length
         record.reasoning_tokens = reasoning
+        tool = _forced_tool(body) if chat else None
         reply = _Reply(
             id=f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):x}",
             model=body["model"] if isinstance(body.get("model"), str) else cfg.model,
             chat=chat,
             words=words,
             reasoning=reasoning,
-            finish=finish,
+            finish="tool_calls" if tool else finish,
             usage=_usage(len(prompt), cached, length, reasoning),
+            tool=tool,
         )
         if cfg.record_bodies:
-            record.reply = "".join(reply.texts()[1])
+            record.reply = "" if tool else "".join(reply.texts()[1])
+            record.tool_call = reply.tool_call()
         first_due = start + ttft_ms / 1000
         if not record.stream:
             await _sleep_until(loop, first_due + (length - 1) * cfg.itl_ms / 1000)
@@ -230,6 +234,7 @@ class _Reply:
     reasoning: int
     finish: str
     usage: dict[str, Any]
+    tool: str | None = None  # a function to call instead of answering in text
 
     def texts(self) -> tuple[list[str], list[str]]:
         """Token texts, reasoning then content; each content run starts without a space."""
@@ -243,17 +248,40 @@ class _Reply:
             f'"model":{json.dumps(self.model)},"choices":[{{"index":0,'
         )
 
+    def _arguments(self) -> list[str]:
+        """A tool call's JSON arguments, one piece per content token."""
+        pieces = list(self.texts()[1]) or [""]
+        pieces[0] = '{"query": "' + pieces[0]
+        pieces[-1] += '"}'
+        return pieces
+
+    def tool_call(self) -> dict[str, Any] | None:
+        if self.tool is None:
+            return None
+        arguments = "".join(self._arguments())
+        return {"id": f"call-{self.id}", "type": "function",
+                "function": {"name": self.tool, "arguments": arguments}}  # fmt: skip
+
     def chunks(self) -> list[bytes]:
         prefix = self._prefix()
         thinking, content = self.texts()
+        if self.tool is not None:
+            content = self._arguments()
         out = []
         for i, text in enumerate(thinking + content):
+            role = '"role":"assistant",' if i == 0 else ""
             if not self.chat:
                 delta = f'"text":{json.dumps(text)}'
+            elif i < self.reasoning:
+                delta = f'"delta":{{{role}"reasoning_content":{json.dumps(text)}}}'
+            elif self.tool is not None:
+                call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+                if i == self.reasoning:  # the first fragment names the call
+                    call |= {"id": f"call-{self.id}", "type": "function"}
+                    call["function"]["name"] = self.tool
+                delta = f'"delta":{{{role}"tool_calls":[{json.dumps(call)}]}}'
             else:
-                key = "reasoning_content" if i < self.reasoning else "content"
-                role = '"role":"assistant",' if i == 0 else ""
-                delta = f'"delta":{{{role}"{key}":{json.dumps(text)}}}'
+                delta = f'"delta":{{{role}"content":{json.dumps(text)}}}'
             out.append(f'{prefix}{delta},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode())
         return out
 
@@ -271,6 +299,8 @@ class _Reply:
         thinking, content = self.texts()
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+            if self.tool is not None:
+                message |= {"content": None, "tool_calls": [self.tool_call()]}
             if thinking:
                 message["reasoning_content"] = "".join(thinking)
             choice = {"index": 0, "message": message, "finish_reason": self.finish}
@@ -304,6 +334,23 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
     if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
         return [str(t) for t in prompt]  # token ids
     raise BadRequest("'prompt' must be a string, one string in an array, or token ids")
+
+
+def _forced_tool(body: dict[str, Any]) -> str | None:
+    """The function a request makes the model call: `tool_choice` "required" calls the first
+    tool, a named choice calls that one; anything else answers in text."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not isinstance(tools, list) or not tools:
+        return None
+    if choice == "required":
+        first = tools[0] if isinstance(tools[0], dict) else {}
+        name = (first.get("function") or {}).get("name")
+        return name if isinstance(name, str) else "tool"
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        return name if isinstance(name, str) else None
+    return None
 
 
 def _include_usage(body: dict[str, Any]) -> bool:
