@@ -9,6 +9,7 @@ from dagperf.client import Exchange
 from dagperf.metrics import summary as summary_module
 from dagperf.metrics.record import request_metrics
 from dagperf.metrics.summary import PERCENTILES, Distribution, PhaseSummary
+from dagperf.metrics.tokens import TokenCounter, TokenizerError
 from dagperf.protocol import ErrorInfo, Result
 from dagperf.replies import Reply
 
@@ -26,7 +27,9 @@ def exchange(stamps_ms: list[float], end_ms: float, usage: bytes | None = None) 
 
 def test_streaming_metrics_follow_aiperf_definitions():
     usage = b'{"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5}}'
-    metrics = request_metrics(exchange([10, 12, 12, 15, 18], 18, usage), prompt_chars=400)
+    ex = exchange([10, 12, 12, 15, 18], 18, usage)
+    metrics, source = request_metrics(ex, "x" * 400, TokenCounter())
+    assert source == "usage"
     assert metrics["time_to_first_token"] == 10
     assert metrics["time_to_second_token"] == 2
     assert metrics["inter_chunk_latency"] == [2, 0, 3, 3]
@@ -37,9 +40,59 @@ def test_streaming_metrics_follow_aiperf_definitions():
 
 
 def test_without_usage_tokens_are_estimated():
-    metrics = request_metrics(exchange([5, 6, 7], 7), prompt_chars=41)
+    metrics, source = request_metrics(exchange([5, 6, 7], 7), "x" * 41, TokenCounter())
+    assert source == "estimate"
     assert metrics["output_sequence_length"] == 3  # one per output event
     assert metrics["input_sequence_length"] == 11  # ceil(41 / 4)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_json(tmp_path_factory):
+    """A word-level tokenizer built here: nothing is downloaded."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2, "again": 3}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+def test_a_local_tokenizer_counts_what_usage_does_not(tokenizer_json):
+    ex = exchange([5, 6], 6)
+    ex.reply.content = ["hello world ", "again"]
+    for given in (tokenizer_json, tokenizer_json.parent):  # the file or its directory
+        counter = TokenCounter(given)
+        metrics, source = request_metrics(ex, "hello hello world", counter)
+        assert source == "tokenizer"
+        assert (metrics["output_sequence_length"], metrics["input_sequence_length"]) == (3, 3)
+
+
+def test_a_tokenizer_must_be_a_local_file(tmp_path):
+    with pytest.raises(TokenizerError, match="never downloads"):
+        TokenCounter("Qwen/Qwen3-0.6B")
+    (tmp_path / "tokenizer.json").write_text("{not a tokenizer")
+    with pytest.raises(TokenizerError, match="cannot load the tokenizer"):
+        TokenCounter(tmp_path)
+
+
+def test_goodput_counts_requests_within_every_objective():
+    s = PhaseSummary(goodput={"time_to_first_token": 50, "output_token_throughput_per_user": 100})
+    for ttft, tput in ((40, 150), (60, 150), (40, 90), (50, 100)):
+        s.add(
+            Result(
+                ttft,
+                0,
+                None,
+                10**9,
+                {"time_to_first_token": ttft, "output_token_throughput_per_user": tput},
+            )
+        )
+    s.add(Result(9, 0, None, 10**9, {"request_latency": 1}))  # TTFT not measured: not good
+    aggregates = s.aggregates()
+    assert aggregates["good_request_count"] == 2
+    assert aggregates["goodput"] == pytest.approx(2.0)
 
 
 def test_exact_statistics_match_numpy():

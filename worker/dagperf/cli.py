@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         help="worker processes (default: %(default)s, from this machine's cores)",
     )
     _output_flags(profile)
+    _report_flags(profile, metrics_port=None)
     _add_model_flags(profile, SimConfig, "built-in simulator (used without --url)", prefix="sim-")
     profile.set_defaults(run=_profile)
 
@@ -106,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a worker silent this long is lost (default: %(default)s)",
     )
     _output_flags(scheduler)
+    _report_flags(scheduler, metrics_port=9090)
     scheduler.set_defaults(run=_scheduler)
 
     worker = commands.add_parser(
@@ -219,6 +221,74 @@ def _output_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--quiet", action="store_true", help="no progress, only the summary")
     _log_flags(parser)
+
+
+def _report_flags(parser: argparse.ArgumentParser, metrics_port: int | None) -> None:
+    group = parser.add_argument_group("metrics")
+    group.add_argument(
+        "--tokenizer", metavar="PATH",
+        help="a local tokenizer.json (or its directory) for token counts the server does not "
+        "report; never downloaded (default: the server's usage, else estimates)",
+    )  # fmt: skip
+    group.add_argument(
+        "--goodput", action="append", default=[], metavar='"METRIC:VALUE ..."',
+        help="service-level objectives, e.g. \"time_to_first_token:100 inter_token_latency:10\" "
+        "(ms; a floor for output_token_throughput_per_user): goodput counts requests meeting all",
+    )  # fmt: skip
+    shown = "off" if metrics_port is None else str(metrics_port)
+    group.add_argument(
+        "--metrics-port", type=int, default=metrics_port, metavar="PORT",
+        help=f"serve /metrics (Prometheus), /status and /healthz on this port (default: {shown}; "
+        "0 picks a free one)",
+    )  # fmt: skip
+    group.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
+    group.add_argument(
+        "--metrics-linger", type=float, default=0.0, metavar="S",
+        help="keep serving /metrics this long after the run, for a last scrape",
+    )  # fmt: skip
+    group.add_argument(
+        "--summary-file", type=Path, metavar="PATH",
+        help="also write a compact JSON summary (under 4 KB) here, e.g. a termination message",
+    )  # fmt: skip
+    group.add_argument(
+        "--benchmark-name", metavar="NAME",
+        help="the `benchmark` label of the live metrics (default: the artifact directory's name)",
+    )  # fmt: skip
+
+
+def _report_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, artifact_dir: Path
+) -> dict[str, Any]:
+    """Scheduler settings from the metrics flags, checked before anything starts."""
+    from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
+    from dagperf.metrics.tokens import TokenCounter, TokenizerError
+
+    if args.tokenizer is not None:
+        try:
+            TokenCounter(args.tokenizer)
+        except TokenizerError as e:
+            parser.error(f"--tokenizer: {e}")
+    goodput: dict[str, float] = {}
+    for item in " ".join(args.goodput).split():
+        name, _, raw = item.partition(":")
+        if name not in OBJECTIVE_IS_CEILING:
+            known = ", ".join(OBJECTIVE_IS_CEILING)
+            parser.error(f"--goodput: {name!r} is not a metric an objective can name ({known})")
+        try:
+            goodput[name] = float(raw)
+        except ValueError:
+            parser.error(f"--goodput: expected METRIC:VALUE with a number, got {item!r}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        parser.error(f"--metrics-port: not a port: {args.metrics_port}")
+    return {
+        "goodput": goodput or None,
+        "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None,
+        "benchmark": args.benchmark_name or artifact_dir.name,
+        "metrics_port": args.metrics_port,
+        "metrics_host": args.metrics_host,
+        "metrics_linger_s": args.metrics_linger,
+        "summary_file": args.summary_file,
+    }
 
 
 def _log_flags(parser: argparse.ArgumentParser) -> None:
@@ -373,11 +443,15 @@ def _artifact_dir(args: argparse.Namespace, load: LoadConfig) -> Path:
     )
 
 
-def _input_config(args: argparse.Namespace, load: LoadConfig, workers: int) -> dict[str, Any]:
+def _input_config(
+    args: argparse.Namespace, load: LoadConfig, workers: int, options: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "dataset": {"path": str(args.input_file), "type": args.custom_dataset_type},
         "load": load.model_dump(mode="json"),
         "workers": workers,
+        "tokenizer": options["tokenizer"],
+        "goodput": options["goodput"],
     }
 
 
@@ -395,15 +469,18 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if graph is None:
         return 1
     load = _default_stop(load, graph)
+    artifact_dir = _artifact_dir(args, load)
+    options = _report_options(parser, args, artifact_dir)
     plan = LocalPlan(
         graph=graph,
         endpoint=endpoint,
         load=load,
         workers=args.workers,
-        artifact_dir=_artifact_dir(args, load),
-        input_config=_input_config(args, load, args.workers),
+        artifact_dir=artifact_dir,
+        input_config=_input_config(args, load, args.workers, options),
         log_format=args.log_format,
         simulator_args=_simulator_args(sim),
+        scheduler_options=options,
     )
     console = Console(quiet=args.quiet)
 
@@ -450,13 +527,14 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return 1
     load = _default_stop(load, graph)
     artifact_dir = _artifact_dir(args, load)
+    options = _report_options(parser, args, artifact_dir)
     console = Console(quiet=args.quiet)
 
     async def go() -> int:
         if fields["model"] is None:
             fields["model"] = await default_model(graph, fields["url"])
         endpoint = EndpointConfig(**fields)
-        input_config = _input_config(args, load, args.workers_expected)
+        input_config = _input_config(args, load, args.workers_expected, options)
         input_config["endpoint"] = endpoint.redacted()
         scheduler = Scheduler(
             graph,
@@ -468,6 +546,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             worker_timeout_s=args.worker_timeout,
             registration_timeout_s=args.registration_timeout,
             on_progress=console.progress,
+            **options,
         )
         loop = asyncio.get_running_loop()
         for sig in (2, 15):  # SIGINT, SIGTERM: stop gracefully, keep what was measured

@@ -1,9 +1,11 @@
 """One timed HTTP exchange with the server under test.
 
-The clock starts when the request is handed to aiohttp; each network read is stamped as it
-arrives, and every event in it that carries output (content, reasoning or a tool call) takes
-that stamp, so time to first token is when the first output byte was read, not when it was
-parsed. Several events in one read share a stamp, as they arrived together.
+The clock starts when the request has been written to the connection (aiohttp's trace signal
+for a sent body chunk), not when it was handed to aiohttp: under load, acquiring a connection
+and writing can wait behind other tasks, and that wait is the client's, not the server's. Each
+network read is stamped as it arrives, and every event in it that carries output (content,
+reasoning or a tool call) takes that stamp. Several events in one read share a stamp, as they
+arrived together.
 
 Nothing escapes as an exception except cancellation: HTTP errors, error events in a stream,
 malformed bodies, timeouts and refused or dropped connections all end up in `error`, with an
@@ -50,10 +52,12 @@ async def exchange(
 ) -> None:
     """Send one request and fill `out`; `out` keeps what happened so far if cancelled.
     `streaming` says events were asked for, so a body that is not JSON is read as a stream."""
-    out.start_ns = time.time_ns()
+    out.start_ns = time.time_ns()  # until the trace stamps the write, in case none happens
     out.start_perf = time.perf_counter_ns()
     try:
-        async with session.post(url, data=body, headers=headers, timeout=timeout) as response:
+        async with session.post(
+            url, data=body, headers=headers, timeout=timeout, trace_request_ctx=out
+        ) as response:
             out.ack_ns = time.time_ns()
             if response.status >= 400:
                 out.error = _http_error(response.status, response.reason, await response.read())
@@ -97,6 +101,22 @@ async def _read_stream(response: aiohttp.ClientResponse, out: Exchange) -> None:
     for event in parser.close():
         if event.data != _DONE and reply.add_chunk(event.data):
             stamps.append(time.perf_counter_ns())
+
+
+async def _written(
+    session: aiohttp.ClientSession, context: object, params: aiohttp.TraceRequestChunkSentParams
+) -> None:
+    out = context.trace_request_ctx  # type: ignore[attr-defined]
+    if isinstance(out, Exchange):
+        out.start_perf = time.perf_counter_ns()
+        out.start_ns = time.time_ns()
+
+
+def timing_trace() -> aiohttp.TraceConfig:
+    """The trace that stamps when each request's body has been written; give it to the session."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_written)
+    return trace
 
 
 def _event_error(data: bytes) -> ServerError:

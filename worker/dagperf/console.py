@@ -13,7 +13,7 @@ import time
 from typing import Any, TextIO
 
 from dagperf.engine import Progress
-from dagperf.metrics.catalog import AGGREGATE, RECORD
+from dagperf.metrics.catalog import RECORD, SCALARS
 
 log = logging.getLogger("dagperf.progress")
 
@@ -91,18 +91,61 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
             )
         )
     lines.append("")
-    for name, metric in AGGREGATE.items():
+    for name, metric in SCALARS.items():
         if name in document:
             lines.append(f"{metric.label} ({metric.unit}): {_number(document[name]['avg'])}")
+    estimated = (document.get("token_count_source") or {}).get("estimate", 0)
+    if estimated:
+        lines.append(
+            f"Token counts of {estimated} request(s) are estimates: the server reported no usage "
+            "and no --tokenizer was given."
+        )
     branch = document.get("branch_stats") or {}
     if branch.get("children_spawned") or branch.get("parents_suspended"):
         lines.append("BranchStats: " + ", ".join(f"{k} {v}" for k, v in branch.items()))
+    lines.extend(_dag_lines(document.get("dag_report") or {}))
     for entry in document.get("error_summary") or []:
         e = entry["error_details"]
         code = f"{e['code']} " if e["code"] is not None else ""
         lines.append(f"Errors: {entry['count']} x {code}{e['type']}: {e['message']}")
     lines.append(f"Artifacts: {artifact_dir}")
     return "\n".join(lines) + "\n"
+
+
+def _dag_lines(report: dict[str, Any]) -> list[str]:
+    """The DAG report in a few lines: by depth, by branch mode, first FORK sibling vs others."""
+    lines = []
+
+    def view(name: str, v: dict[str, Any]) -> str:
+        speed = v.get("time_to_first_token_ms") or v.get("request_latency_ms")
+        label = "TTFT" if "time_to_first_token_ms" in v else "latency"
+        text = f"{name}: {v['requests']} req"
+        if speed:
+            text += f", {label} p50 {_number(speed['p50'])} ms p99 {_number(speed['p99'])} ms"
+        if "cached_token_share" in v:
+            text += f", cached {100 * v['cached_token_share']:.0f}%"
+        return text
+
+    depths = report.get("by_depth") or {}
+    if len(depths) > 1:
+        lines.append("By agent depth: " + " | ".join(view(k, v) for k, v in depths.items()))
+        modes = report.get("by_branch_mode") or {}
+        lines.append("By branch mode: " + " | ".join(view(k, v) for k, v in modes.items()))
+    siblings = report.get("fork_siblings") or {}
+    if siblings.get("groups") and "others_ms" in siblings:
+        metric = "TTFT" if siblings["metric"] == "time_to_first_token" else "latency"
+        text = (
+            f"FORK siblings ({siblings['groups']} groups): first {metric} p50 "
+            f"{_number(siblings['first_ms']['p50'])} ms, others "
+            f"{_number(siblings['others_ms']['p50'])} ms"
+        )
+        if "others_cached_share" in siblings and "first_cached_share" in siblings:
+            text += (
+                f"; cached share first {100 * siblings['first_cached_share']:.0f}%, others "
+                f"{100 * siblings['others_cached_share']:.0f}%"
+            )
+        lines.append(text)
+    return lines
 
 
 def _number(value: float) -> str:

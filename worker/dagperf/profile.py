@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ class LocalPlan:
     log_format: str = "text"
     worker_log_level: str = "WARNING"
     simulator_args: tuple[str, ...] = ()
+    scheduler_options: dict[str, Any] = field(default_factory=dict)  # metrics and reporting
 
 
 async def run_local(plan: LocalPlan, console: Console) -> Outcome:
@@ -74,6 +75,7 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
             expected_workers=plan.workers,
             registration_timeout_s=STARTUP_TIMEOUT_S,
             on_progress=console.progress,
+            **plan.scheduler_options,
         )
         env = dict(os.environ)
         if endpoint.api_key is not None:

@@ -26,6 +26,7 @@ class WorkerSettings(msgspec.Struct, frozen=True):
     streaming: bool
     timeout_s: float
     affinity_header: str  # empty: do not send one
+    tokenizer: str | None = None  # a local tokenizer.json, for counts the server does not give
 
 
 class Hello(msgspec.Struct, tag="hello", frozen=True):
@@ -79,6 +80,7 @@ class Result(msgspec.Struct, array_like=True, frozen=True):
     metrics: dict[str, Any]
     error: ErrorInfo | None = None
     cancelled_ns: int | None = None
+    token_source: str | None = None  # "usage", "tokenizer" or "estimate"
 
 
 class Results(msgspec.Struct, tag="results", frozen=True):

@@ -14,6 +14,7 @@ are recorded as cancelled by the scheduler itself, so a hung worker cannot hold 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -33,7 +34,10 @@ from dagperf.exports.inputs import write_inputs
 from dagperf.exports.records import RecordWriter, record
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
 from dagperf.graph import RequestGraph
+from dagperf.metrics.dag_report import DagReport
+from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
+from dagperf.status import StatusServer, compact_json, metrics_summary
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,12 @@ class Outcome:
     def ok(self) -> bool:
         return self.failure is None and not self.interrupted
 
+    @property
+    def state(self) -> str:
+        if self.failure is not None:
+            return "failed"
+        return "cancelled" if self.interrupted else "succeeded"
+
 
 @dataclass
 class _Peer:
@@ -101,6 +111,13 @@ class Scheduler:
         registration_timeout_s: float = 60.0,
         cancel_timeout_s: float = 10.0,
         on_progress: Callable[[Progress], None] | None = None,
+        goodput: dict[str, float] | None = None,
+        tokenizer: str | None = None,
+        benchmark: str = "dagperf",
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
+        metrics_linger_s: float = 0.0,
+        summary_file: Path | None = None,
     ):
         self.graph = graph
         self.endpoint = endpoint
@@ -113,7 +130,16 @@ class Scheduler:
         self.cancel_timeout_s = cancel_timeout_s
         self.on_progress = on_progress
         self.dispatcher = Dispatcher(graph, load, time.monotonic)
-        self.summary = PhaseSummary()
+        self.summary = PhaseSummary(goodput)
+        self.dag_report = DagReport()
+        self.benchmark = benchmark
+        self.live = LiveMetrics(benchmark) if metrics_port is not None else None
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.metrics_linger_s = metrics_linger_s
+        self.summary_file = summary_file
+        self.status_server: StatusServer | None = None
+        self._state = "waiting for workers"
         self.endpoint_url: str | None = None  # the address really bound, once listening
         self._peers: dict[str, _Peer] = {}
         self._params: dict[int, dict[str, Any]] = {}
@@ -124,10 +150,12 @@ class Scheduler:
             endpoint.streaming,
             endpoint.request_timeout_seconds,
             endpoint.session_affinity_header,
+            tokenizer,
         )
         self._interrupted = False
         self._done = asyncio.Event()
         self._enough = asyncio.Event()
+        self._stopped = asyncio.Event()  # a stop request: also ends the metrics linger
         self._timer: asyncio.TimerHandle | None = None
         self._cancel_deadline: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.TimerHandle | None = None
@@ -153,9 +181,16 @@ class Scheduler:
         self.artifacts.run_info.setdefault("benchmark_id", secrets.token_hex(6))
         self._watchdog = loop.call_later(self.heartbeat_s, self._watch)
         try:
+            if self.metrics_port is not None:
+                self.status_server = StatusServer(
+                    self.status, self.live.registry if self.live else None
+                )
+                await self.status_server.start(self.metrics_host, self.metrics_port)
+                log.info("serving /metrics and /status on port %d", self.status_server.port)
             await self._await_workers()
             if not self._interrupted:
                 log.info("%d worker(s) registered; starting", len(self._peers))
+                self._state = "running"
                 self.dispatcher.begin()
                 self._flush()
                 await self._done.wait()
@@ -167,7 +202,15 @@ class Scheduler:
                     handle.cancel()
             self._records.close()
             self._channel.close()
-        return self._write_summary()
+        outcome = self._write_summary()
+        self._state = outcome.state
+        if self.status_server is not None:
+            if self.live is not None:
+                self._update_live()
+            with contextlib.suppress(TimeoutError):  # let Prometheus take a last scrape
+                await asyncio.wait_for(self._stopped.wait(), self.metrics_linger_s)
+            await self.status_server.stop()
+        return outcome
 
     async def _await_workers(self) -> None:
         try:
@@ -180,7 +223,8 @@ class Scheduler:
 
     def interrupt(self, reason: str) -> None:
         """Stop sending, cancel what is in flight, and end the run with what it has."""
-        self._interrupted = True
+        self._interrupted = self._interrupted or not self.dispatcher.finished
+        self._stopped.set()
         self.dispatcher.interrupt(reason)
         self._enough.set()  # stop waiting for workers, if still waiting
         if self.endpoint_url is not None:
@@ -188,7 +232,9 @@ class Scheduler:
 
     def worker_exited(self, worker: str, why: str) -> None:
         """The local driver saw a worker process end."""
-        if worker in self._peers:
+        if self.dispatcher.finished:
+            self._peers.pop(worker, None)  # it was told to shut down: nothing is lost
+        elif worker in self._peers:
             self._lose(worker, why)
 
     def _end_reason(self) -> str:
@@ -243,6 +289,9 @@ class Scheduler:
         issued = self._issued.pop(flight.credit, 0)
         if flight.phase is Phase.PROFILING:
             self.summary.add(result)
+            self.dag_report.add(flight, result)
+            if self.live is not None:
+                self.live.observe(flight, result)
             self._records.write(record(flight, result, issued))
 
     # --- workers ----------------------------------------------------------------------------
@@ -257,8 +306,36 @@ class Scheduler:
                 self._send(worker, protocol.Heartbeat(0))
         if self.on_progress is not None and self._enough.is_set():
             self.on_progress(self.dispatcher.progress())
+        if self.live is not None:
+            self._update_live()
         self._records.flush()
         self._watchdog = asyncio.get_running_loop().call_later(self.heartbeat_s, self._watch)
+
+    def _update_live(self) -> None:
+        assert self.live is not None
+        d = self.dispatcher
+        if d.phase is Phase.PROFILING:
+            self.live.update(d.progress(), len(self._peers), d.branch_stats)
+
+    def status(self) -> dict[str, Any]:
+        """The run as the operator reads it from /status."""
+        d = self.dispatcher
+        p = d.progress()
+        return {
+            "state": self._state,
+            "phase": p.phase.label,
+            "workers": {"desired": self.expected_workers, "registered": len(self._peers)},
+            "progress": {
+                "requestsSent": p.sent,
+                "requestsCompleted": p.completed,
+                "requestsTotal": p.expected,
+                "errors": p.errors,
+                "inFlight": p.in_flight,
+            },
+            "branchStats": d.branch_stats.as_dict(),
+            "summary": metrics_summary(self.summary),
+            "failure": d.failure,
+        }
 
     def _lose(self, worker: str, why: str) -> None:
         del self._peers[worker]
@@ -357,14 +434,32 @@ class Scheduler:
 
     def _write_summary(self) -> Outcome:
         d = self.dispatcher
-        document = summary_document(
-            self.summary,
-            d.branch_stats.as_dict(),
-            self.artifacts.input_config,
-            self.artifacts.run_info,
-            complete=d.finished and d.failure is None and not self._interrupted,
-            cancelled=self._interrupted or d.failure is not None,
+        extra = {"dag_report": self.dag_report.report()}
+        document = (
+            summary_document(
+                self.summary,
+                d.branch_stats.as_dict(),
+                self.artifacts.input_config,
+                self.artifacts.run_info,
+                complete=d.finished and d.failure is None and not self._interrupted,
+                cancelled=self._interrupted or d.failure is not None,
+            )
+            | extra
         )
         write_summary_json(self.artifacts.summary_json, document)
         write_summary_csv(self.artifacts.summary_csv, self.summary)
-        return Outcome(document, d.failure, d.closed_reason, self._interrupted)
+        outcome = Outcome(document, d.failure, d.closed_reason, self._interrupted)
+        if self.summary_file is not None:
+            status = self.status()
+            final = {
+                "outcome": outcome.state,
+                "reason": d.failure or d.closed_reason,
+                "benchmark": self.benchmark,
+                "requests": status["progress"],
+                "durationSeconds": round(self.summary.duration_s, 3),
+                "summary": status["summary"],
+                "branchStats": status["branchStats"],
+                "resultsPath": str(self.artifacts.directory),
+            }
+            self.summary_file.write_text(compact_json(final))
+        return outcome

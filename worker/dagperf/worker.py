@@ -33,9 +33,10 @@ import zmq
 
 from dagperf import protocol
 from dagperf.channel import Channel, receive
-from dagperf.client import Exchange, exchange
-from dagperf.endpoints import request_body
+from dagperf.client import Exchange, exchange, timing_trace
+from dagperf.endpoints import prompt_text, request_body
 from dagperf.metrics.record import error_metrics, request_metrics
+from dagperf.metrics.tokens import TokenCounter, TokenizerError
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,11 @@ class Worker:
         settings = message.settings
         self._settings = settings
         self._heartbeat_s = message.heartbeat_s
+        try:
+            self._counter = TokenCounter(settings.tokenizer)
+        except TokenizerError as e:
+            log.error("%s; token counts the server does not give will be estimates", e)
+            self._counter = TokenCounter()
         self._timeout = aiohttp.ClientTimeout(total=settings.timeout_s)
         headers = {"Content-Type": "application/json", "User-Agent": "dagperf"}
         if key := os.environ.get("OPENAI_API_KEY"):
@@ -161,6 +167,7 @@ class Worker:
             headers=headers,
             trust_env=False,
             cookie_jar=aiohttp.DummyCookieJar(),
+            trace_configs=[timing_trace()],
         )
         self._welcomed.set()
         log.info("registered with %s as %s", self.scheduler, self.worker_id)
@@ -173,12 +180,9 @@ class Worker:
         ex = Exchange()
         messages = self._context(credit)
         if messages is None:
-            error = protocol.ErrorInfo(
-                None,
-                "MissingHistory",
-                f"this worker holds no history for node {credit.history} of run {credit.run}",
-            )
-            self._finish(credit, ex, error_metrics(0), error)
+            where = f"node {credit.history} of run {credit.run}"
+            error = protocol.ErrorInfo(None, "MissingHistory", f"no history here for {where}")
+            self._finish(credit, ex, {}, error)
             return
         body = request_body(settings.endpoint_type, credit.params, messages)
         raw = _json.encode(body)
@@ -194,15 +198,17 @@ class Worker:
             started = ex.start_ns or now
             message = f"Request was cancelled after {(now - started) / 1e9:.3f} seconds"
             error = protocol.ErrorInfo(499, "RequestCancellationError", message)
-            self._finish(credit, ex, error_metrics(len(raw)), error, cancelled_ns=now)
+            metrics = error_metrics(prompt_text(messages), self._counter)
+            self._finish(credit, ex, metrics, error, cancelled_ns=now)
             return
         if ex.error is not None:
-            self._finish(credit, ex, error_metrics(len(raw)), ex.error)
+            self._finish(credit, ex, error_metrics(prompt_text(messages), self._counter), ex.error)
             return
         if credit.keep:
             context = [*messages, ex.reply.message()]
             self._histories.setdefault(credit.run, {})[credit.node] = [context, credit.keep]
-        self._finish(credit, ex, request_metrics(ex, len(raw)), None)
+        metrics, source = request_metrics(ex, prompt_text(messages), self._counter)
+        self._finish(credit, ex, metrics, None, token_source=source)
 
     def _context(self, credit: protocol.Credit) -> list[dict[str, Any]] | None:
         """History followed by this turn's messages; None when the history is not here."""
@@ -224,11 +230,14 @@ class Worker:
         metrics: dict[str, Any],
         error: protocol.ErrorInfo | None,
         cancelled_ns: int | None = None,
+        token_source: str | None = None,
     ) -> None:
         self._tasks.pop(credit.id, None)
         start = ex.start_ns or time.time_ns()
         end = ex.end_ns or time.time_ns()
-        result = protocol.Result(credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns)
+        result = protocol.Result(
+            credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source
+        )
         if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush)
         self._outbox.append(result)

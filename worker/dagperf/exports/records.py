@@ -50,6 +50,7 @@ def record(flight: Flight, result: Result, issued_ns: int) -> dict[str, Any]:
             run.request_ids[d] for d in (*node.deps, *node.join_deps) if run.request_ids[d]
         ],
         "delay_ms": node.delay_s * 1000,
+        "token_count_source": result.token_source,
     }
     metrics = {
         name: {"value": value, "unit": UNITS[name]} for name, value in result.metrics.items()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dagperf import __version__
-from dagperf.metrics.catalog import AGGREGATE, RECORD
+from dagperf.metrics.catalog import RECORD, SCALARS
 from dagperf.metrics.summary import PERCENTILES, PhaseSummary
 
 STAT_COLUMNS = ("avg", "min", "max", "sum", *(f"p{p}" for p in PERCENTILES), "std")
@@ -36,7 +36,10 @@ def summary_document(
     document["benchmark_id"] = run_info.get("benchmark_id")
     document.update(summary.metric_stats())
     for name, value in summary.aggregates().items():
-        document[name] = {"unit": AGGREGATE[name].unit, "avg": value}
+        document[name] = {"unit": SCALARS[name].unit, "avg": value}
+    document["token_count_source"] = dict(summary.token_sources)
+    if summary.goodput:
+        document["goodput_objectives"] = summary.goodput
     document |= {
         "input_config": input_config,
         "run_info": run_info,
@@ -65,7 +68,7 @@ def write_summary_csv(path: Path, summary: PhaseSummary) -> None:
         out.writerow([])
         out.writerow(["Metric", "Value"])
         aggregates = sorted(
-            (f"{AGGREGATE[name].label} ({AGGREGATE[name].unit})", value)
+            (f"{SCALARS[name].label} ({SCALARS[name].unit})", value)
             for name, value in summary.aggregates().items()
         )
         for label, value in aggregates:

@@ -50,4 +50,21 @@ AGGREGATE = _table(
     ("total_osl", "tokens", "Total Output Sequence Length"),
 )
 
-UNITS = {m.name: m.unit for m in (*RECORD.values(), *AGGREGATE.values())}
+#: Reported only when --goodput sets service-level objectives.
+GOODPUT = _table(
+    ("goodput", "requests/sec", "Goodput"),
+    ("good_request_count", "requests", "Good Request Count"),
+)
+
+#: Metrics a --goodput objective may name: True when the objective is a ceiling (lower is
+#: better), False when it is a floor.
+OBJECTIVE_IS_CEILING = {
+    "time_to_first_token": True,
+    "time_to_second_token": True,
+    "inter_token_latency": True,
+    "request_latency": True,
+    "output_token_throughput_per_user": False,
+}
+
+SCALARS = AGGREGATE | GOODPUT  # one value per phase
+UNITS = {m.name: m.unit for m in (*RECORD.values(), *SCALARS.values())}

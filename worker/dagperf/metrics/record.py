@@ -1,12 +1,13 @@
 """The metrics of one request, computed where it was timed: on the worker that sent it.
 
-Definitions follow AIPerf's: latency from send to the last byte; time to first token from send
-to the first output event; time to second token between the first two; inter-chunk latency
-between consecutive output events; inter-token latency as the decode time per token after the
-first, (latency - TTFT) / (output tokens - 1), and its inverse as per-user throughput.
+Definitions follow AIPerf's: latency from the written request to the last byte; time to first
+token to the first output event; time to second token between the first two; inter-chunk
+latency between consecutive output events; inter-token latency as the decode time per token
+after the first, (latency - TTFT) / (output tokens - 1), and its inverse as per-user throughput.
+Output tokens include reasoning tokens, which `reasoning_token_count` counts on their own.
 
-Token counts come from the server's `usage` when it reports them; otherwise they are estimated
-(one token per output event when streaming, four characters per token otherwise).
+Token counts come from `metrics.tokens`: the server's usage, a local tokenizer, or an estimate;
+`request_metrics` says which one it used.
 """
 
 from __future__ import annotations
@@ -15,34 +16,33 @@ import itertools
 from typing import Any
 
 from dagperf.client import Exchange
-
-CHARS_PER_TOKEN = 4
-
-
-def estimate_tokens(text: str) -> int:
-    return -(-len(text) // CHARS_PER_TOKEN)  # ceiling division
+from dagperf.metrics.tokens import ESTIMATE, TOKENIZER, USAGE, TokenCounter
 
 
-def request_metrics(ex: Exchange, prompt_chars: int) -> dict[str, Any]:
-    """Metrics of a successful request; `prompt_chars` sizes the prompt when usage is absent."""
+def request_metrics(ex: Exchange, prompt: str, counter: TokenCounter) -> tuple[dict[str, Any], str]:
+    """Metrics of a successful request, and the source of its token counts."""
     start = ex.start_perf
     latency = (ex.end_perf - start) / 1e6
     metrics: dict[str, Any] = {"request_latency": latency}
     usage = ex.reply.usage_counts()
     metrics.update(usage)
+    reply = ex.reply
     osl = usage.get("usage_completion_tokens")
-    if osl is None:
-        if ex.streamed:
-            osl = len(ex.output_perf)
-        else:
-            osl = estimate_tokens(ex.reply.text + ex.reply.reasoning_text)
+    if osl is not None:
+        source = USAGE
+    elif counter.source == TOKENIZER or not ex.streamed:
+        osl = counter.count(reply.text + reply.reasoning_text)
+        source = counter.source
+    else:
+        osl = len(ex.output_perf)  # one token per streamed output event
+        source = ESTIMATE
     isl = usage.get("usage_prompt_tokens")
     metrics["output_sequence_length"] = osl
-    metrics["input_sequence_length"] = (
-        isl if isl is not None else -(-prompt_chars // CHARS_PER_TOKEN)
-    )
+    metrics["input_sequence_length"] = isl if isl is not None else counter.count(prompt)
     if "usage_reasoning_tokens" in usage:
         metrics["reasoning_token_count"] = usage["usage_reasoning_tokens"]
+    elif reply.reasoning:
+        metrics["reasoning_token_count"] = counter.count(reply.reasoning_text)
     stamps = ex.output_perf
     if stamps:
         ttft = (stamps[0] - start) / 1e6
@@ -55,8 +55,8 @@ def request_metrics(ex: Exchange, prompt_chars: int) -> dict[str, Any]:
             metrics["inter_token_latency"] = itl
             if itl > 0:
                 metrics["output_token_throughput_per_user"] = 1000.0 / itl
-    return metrics
+    return metrics, source
 
 
-def error_metrics(prompt_chars: int) -> dict[str, Any]:
-    return {"error_isl": -(-prompt_chars // CHARS_PER_TOKEN)}
+def error_metrics(prompt: str, counter: TokenCounter) -> dict[str, Any]:
+    return {"error_isl": counter.count(prompt)}

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dagperf.metrics.catalog import AGGREGATE, RECORD
+from dagperf.metrics.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, RECORD
 from dagperf.protocol import ErrorInfo, Result
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
@@ -109,9 +109,16 @@ class Distribution:
 
 
 class PhaseSummary:
-    """Everything the exports say about a phase, fed one result at a time."""
+    """Everything the exports say about a phase, fed one result at a time.
 
-    def __init__(self) -> None:
+    With `goodput` objectives ({metric: threshold}, in the metric's unit), a successful request
+    is good when it has every metric named and each is within its objective.
+    """
+
+    def __init__(self, goodput: dict[str, float] | None = None) -> None:
+        self.goodput = goodput or {}
+        self.good = 0
+        self.token_sources: Counter[str] = Counter()
         self.distributions: dict[str, Distribution] = {}
         self.ok = 0
         self.errors: Counter[ErrorInfo] = Counter()
@@ -132,6 +139,9 @@ class PhaseSummary:
             self.cancelled += result.cancelled_ns is not None
         else:
             self.ok += 1
+            self.token_sources[result.token_source or "unknown"] += 1
+            if self.goodput and self._is_good(result.metrics):
+                self.good += 1
         for name, value in result.metrics.items():
             distribution = self.distributions.get(name)
             if distribution is None:
@@ -141,6 +151,15 @@ class PhaseSummary:
                     distribution.add(v)
             else:
                 distribution.add(value)
+
+    def _is_good(self, metrics: dict[str, Any]) -> bool:
+        for name, threshold in self.goodput.items():
+            value = metrics.get(name)
+            if value is None:
+                return False
+            if value > threshold if OBJECTIVE_IS_CEILING[name] else value < threshold:
+                return False
+        return True
 
     @property
     def error_count(self) -> int:
@@ -177,6 +196,9 @@ class PhaseSummary:
             "total_osl": total_osl,
         }
         assert values.keys() == AGGREGATE.keys()
+        if self.goodput:
+            values["goodput"] = self.good / duration if duration else 0.0
+            values["good_request_count"] = float(self.good)
         return values
 
     def error_summary(self) -> list[dict[str, Any]]:

@@ -37,6 +37,10 @@ class SimConfig(BaseModel):
     cache_blocks: int = Field(
         default=16384, ge=0, description="Prefix-cache capacity in blocks (LRU); 0 disables it."
     )
+    usage: bool = Field(
+        default=True,
+        description="Report token usage (some servers do not; clients must count themselves).",
+    )
     record_limit: int = Field(
         default=100_000,
         ge=0,

@@ -136,7 +136,7 @@ class Simulator:
             words=words,
             reasoning=reasoning,
             finish="tool_calls" if tool else finish,
-            usage=_usage(len(prompt), cached, length, reasoning),
+            usage=_usage(len(prompt), cached, length, reasoning) if cfg.usage else None,
             tool=tool,
         )
         if cfg.record_bodies:
@@ -146,7 +146,7 @@ class Simulator:
         if not record.stream:
             await _sleep_until(loop, first_due + (length - 1) * cfg.itl_ms / 1000)
             return self._finish(record, web.json_response(reply.whole()))
-        include_usage = _include_usage(body)
+        include_usage = cfg.usage and _include_usage(body)
         return await self._stream(request, record, reply, first_due, include_usage)
 
     async def _stream(
@@ -233,7 +233,7 @@ class _Reply:
     words: list[str]
     reasoning: int
     finish: str
-    usage: dict[str, Any]
+    usage: dict[str, Any] | None  # None: the server reports no usage
     tool: str | None = None  # a function to call instead of answering in text
 
     def texts(self) -> tuple[list[str], list[str]]:
@@ -314,8 +314,7 @@ class _Reply:
             "created": int(time.time()),
             "model": self.model,
             "choices": [choice],
-            "usage": self.usage,
-        }
+        } | ({"usage": self.usage} if self.usage is not None else {})
 
 
 def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:

@@ -1,0 +1,110 @@
+"""A real Prometheus (the Debian binary) scrapes a running benchmark; the values are read back
+through its HTTP query API. The test installs nothing: .ci/run installs the package."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+
+import aiohttp
+import pytest
+
+from dagperf.simulator import running_simulator
+
+from dagfile import conv, turn
+from runs import RECORDING, finish, start_profile
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+async def prometheus(tmp_path):
+    """Prometheus on loopback, scraping 127.0.0.1:<target> every second."""
+    assert PROMETHEUS, "needs the prometheus binary: apt-get install prometheus (.ci/run does)"
+    port, target = free_port(), free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: dagperf\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+    )
+    process = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session, asyncio.timeout(60):
+            while True:
+                try:
+                    async with session.get(f"{url}/-/ready") as response:
+                        if response.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.1)
+        yield url, target
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def query(session: aiohttp.ClientSession, url: str, promql: str) -> float | None:
+    async with session.get(f"{url}/api/v1/query", params={"query": promql}) as response:
+        result = (await response.json())["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
+async def test_prometheus_sees_the_histograms_and_branch_stats(prometheus, tmp_path):
+    url, target = prometheus
+    lines = [conv(f"r{i}", turn(forks=[f"r{i}-a", f"r{i}-b"])) for i in range(4)]
+    lines += [conv(f"r{i}-{k}", turn(), turn()) for i in range(4) for k in "ab"]
+    config = RECORDING.model_copy(update={"ttft_ms": 30})
+    expected = {
+        'sum(dagperf_requests_total{benchmark="prom",outcome="ok"})': 20,
+        'sum(dagperf_time_to_first_token_seconds_count{benchmark="prom"})': 20,
+        'dagperf_time_to_first_token_seconds_count{branch_mode="fork"}': 16,
+        'dagperf_request_latency_seconds_count{agent_depth="1"}': 16,
+        "dagperf_inter_token_latency_seconds_count": 20,
+        "dagperf_branch_children_spawned_total": 8,
+        "dagperf_branch_children_completed_total": 8,
+        "dagperf_branch_children_truncated_total": 0,
+        "dagperf_requests_completed": 20,
+        "dagperf_progress_ratio": 1,
+        "dagperf_live_workers": 2,
+    }
+    async with running_simulator(config) as sim:
+        process, directory = await start_profile(
+            sim.url, tmp_path, lines, "--streaming", "--concurrency", "2", "--workers", "2",
+            "--metrics-port", str(target), "--metrics-host", "127.0.0.1",
+            "--metrics-linger", "60", "--benchmark-name", "prom",
+        )  # fmt: skip
+        seen: dict[str, float | None] = {}
+        async with aiohttp.ClientSession() as session:
+            # The run takes a second; Prometheus finds its target a few seconds after starting,
+            # and the linger keeps /metrics up until the final values have been scraped.
+            with contextlib.suppress(TimeoutError):  # the assertion below shows what was missed
+                async with asyncio.timeout(50):
+                    while seen != expected:
+                        seen = {q: await query(session, url, q) for q in expected}
+                        await asyncio.sleep(0.5)
+            median = await query(
+                session, url,
+                "histogram_quantile(0.5, sum by (le) (dagperf_time_to_first_token_seconds_bucket))",
+            )  # fmt: skip
+        assert seen == expected
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()  # end the linger: Prometheus has what it needs
+        run = await finish(process, directory, sim)
+    assert 0.02 < median <= 0.04  # the 30 ms server lands in the (20 ms, 40 ms] bucket
+    assert run.summary["request_count"]["avg"] == 20

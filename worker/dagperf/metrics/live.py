@@ -1,0 +1,128 @@
+"""Live Prometheus metrics of a run, served by the scheduler at /metrics.
+
+Latencies are histograms in seconds, with buckets over the ranges vLLM uses (inter-token
+latency extended below vLLM's first 10 ms bucket, where fast servers live), so dashboards can
+put the benchmark's view beside the server's. Every series carries a `benchmark` label; the
+other labels take few values by construction: agent depth is capped ("5+"), error types and
+worker names stop at a limit and are folded into "other" beyond it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from dagperf.engine import BranchStats, Flight, Progress
+from dagperf.protocol import Result
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+               0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
+                   20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
+                   7680.0)  # fmt: skip
+MAX_DEPTH_LABEL = 5
+MAX_ERROR_TYPES = 20
+MAX_WORKERS = 256
+OTHER = "other"
+
+
+class LiveMetrics:
+    def __init__(self, benchmark: str):
+        self.benchmark = benchmark
+        self.registry = registry = CollectorRegistry()
+        b = ["benchmark"]
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, [*b, *labels], registry=registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, b, registry=registry)
+
+        self.requests = counter("dagperf_requests", "Requests completed", ("outcome", "worker"))
+        self.errors = counter("dagperf_request_errors", "Failed requests", ("error_type",))
+        self.input_tokens = counter("dagperf_input_tokens", "Prompt tokens of successful requests")
+        self.output_tokens = counter(
+            "dagperf_output_tokens", "Output tokens of successful requests"
+        )
+        self.cached_tokens = counter(
+            "dagperf_cached_prompt_tokens", "Prompt tokens the server reported as cached"
+        )
+        self.ttft = Histogram(
+            "dagperf_time_to_first_token_seconds", "Time to first token", [*b, "branch_mode"],
+            buckets=TTFT_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.itl = Histogram(
+            "dagperf_inter_token_latency_seconds", "Inter-token latency", b,
+            buckets=ITL_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "dagperf_request_latency_seconds", "Request latency", [*b, "agent_depth"],
+            buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.branch = {
+            f.name: counter(f"dagperf_branch_{f.name}", f"BranchStats {f.name}")
+            for f in fields(BranchStats)
+        }
+        for branch_counter in self.branch.values():
+            branch_counter.labels(benchmark)  # a labelled series exists only once touched: 0 now
+        self._branch_seen = dict.fromkeys(self.branch, 0)
+        self.in_flight = gauge("dagperf_requests_in_flight", "Requests on the wire")
+        self.workers = gauge("dagperf_live_workers", "Registered workers")
+        self.completed = gauge("dagperf_requests_completed", "Requests completed this phase")
+        self.expected = gauge(
+            "dagperf_requests_expected", "Requests this phase will send (0: unknown)"
+        )
+        self.progress = gauge("dagperf_progress_ratio", "Completed over expected (0 when unknown)")
+        self._error_types: set[str] = set()
+        self._workers: set[str] = set()
+
+    def observe(self, flight: Flight, result: Result) -> None:
+        """One profiling-phase result."""
+        b = self.benchmark
+        error = result.error
+        outcome = "ok" if error is None else ("cancelled" if result.cancelled_ns else "error")
+        self.requests.labels(
+            b, outcome, self._bounded(flight.worker, self._workers, MAX_WORKERS)
+        ).inc()
+        if error is not None:
+            kind = self._bounded(error.type, self._error_types, MAX_ERROR_TYPES)
+            self.errors.labels(b, kind).inc()
+            return
+        m: dict[str, Any] = result.metrics
+        session = flight.run.tree.sessions[flight.run.tree.nodes[flight.node].session]
+        depth = str(session.depth) if session.depth < MAX_DEPTH_LABEL else f"{MAX_DEPTH_LABEL}+"
+        self.latency.labels(b, depth).observe(m["request_latency"] / 1000)
+        if "time_to_first_token" in m:
+            self.ttft.labels(b, session.kind.value).observe(m["time_to_first_token"] / 1000)
+        if "inter_token_latency" in m:
+            self.itl.labels(b).observe(m["inter_token_latency"] / 1000)
+        self.input_tokens.labels(b).inc(m.get("input_sequence_length", 0))
+        self.output_tokens.labels(b).inc(m.get("output_sequence_length", 0))
+        self.cached_tokens.labels(b).inc(m.get("usage_prompt_cache_read_tokens", 0))
+
+    def update(self, progress: Progress, workers: int, stats: BranchStats) -> None:
+        """Gauges and BranchStats, from the dispatcher's latest state (profiling phase)."""
+        b = self.benchmark
+        self.in_flight.labels(b).set(progress.in_flight)
+        self.workers.labels(b).set(workers)
+        self.completed.labels(b).set(progress.completed)
+        self.expected.labels(b).set(progress.expected or 0)
+        ratio = progress.completed / progress.expected if progress.expected else 0.0
+        self.progress.labels(b).set(min(ratio, 1.0))
+        for name, value in stats.as_dict().items():  # counters only go up: add what is new
+            if value > self._branch_seen[name]:
+                self.branch[name].labels(b).inc(value - self._branch_seen[name])
+                self._branch_seen[name] = value
+
+    @staticmethod
+    def _bounded(value: str, seen: set[str], limit: int) -> str:
+        if value in seen:
+            return value
+        if len(seen) < limit:
+            seen.add(value)
+            return value
+        return OTHER

@@ -1,0 +1,97 @@
+"""The scheduler's HTTP face: /metrics for Prometheus, /status for the operator, /healthz.
+
+`/status` and the `--summary-file` share one compact shape in the camelCase of the Benchmark
+resource's status, so the operator copies them without translating: progress while the run
+goes, and the final summary (under 4 KB, a container termination message's limit) at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from dagperf.metrics.summary import PhaseSummary
+
+SUMMARY_LIMIT = 4000  # bytes; Kubernetes keeps at most 4096 of a termination message
+
+
+def metrics_summary(summary: PhaseSummary) -> dict[str, float | None]:
+    """Throughput, TTFT and ITL percentiles and error rate, so far or final."""
+
+    def percentiles(name: str) -> tuple[float | None, float | None]:
+        d = summary.distributions.get(name)
+        if d is None or not d.count:
+            return None, None
+        p50, p99 = d.percentiles((50, 99))
+        return _finite(p50), _finite(p99)
+
+    aggregates = summary.aggregates()
+    ttft = percentiles("time_to_first_token")
+    itl = percentiles("inter_token_latency")
+    return {
+        "requestThroughput": _finite(aggregates["request_throughput"]),
+        "ttftP50Ms": ttft[0],
+        "ttftP99Ms": ttft[1],
+        "itlP50Ms": itl[0],
+        "itlP99Ms": itl[1],
+        "errorRate": _finite(aggregates["request_error_rate"] / 100),
+    }
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) or math.isinf(value) else round(value, 4)
+
+
+def compact_json(document: dict[str, Any]) -> str:
+    """JSON under SUMMARY_LIMIT bytes: long strings are cut before anything is dropped."""
+    text = json.dumps(document, separators=(",", ":"))
+    if len(text.encode()) <= SUMMARY_LIMIT:
+        return text
+    trimmed = {k: (v[:200] + "..." if isinstance(v, str) and len(v) > 200 else v)
+               for k, v in document.items()}  # fmt: skip
+    text = json.dumps(trimmed, separators=(",", ":"))
+    if len(text.encode()) <= SUMMARY_LIMIT:
+        return text
+    essential = ("outcome", "reason", "requests", "summary")
+    return json.dumps({k: trimmed.get(k) for k in essential}, separators=(",", ":"))
+
+
+class StatusServer:
+    def __init__(self, status: Callable[[], dict[str, Any]], registry: CollectorRegistry | None):
+        self._status = status
+        self._registry = registry
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/status", self._status_json)
+        app.router.add_get("/healthz", self._healthz)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, host, port).start()
+        except OSError as e:
+            await self._runner.cleanup()
+            raise OSError(e.errno, f"cannot serve metrics on {host}:{port}: {e.strerror}") from None
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self._registry) if self._registry is not None else b""
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _status_json(self, request: web.Request) -> web.Response:
+        return web.json_response(self._status())
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
