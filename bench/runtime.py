@@ -11,6 +11,7 @@ and memory nor starved by it more than a real server on the same machine would b
 - launch to first request: from starting `dagperf profile` to the server receiving a request;
 - peak RSS: the largest sum of resident memory over the dagperf process tree, sampled;
 - FORK dispatch gap: from a parent's response ending to its FORK children's requests starting;
+- TTFT error: reported TTFT minus the server's own record of it, with a 20 ms server;
 - idle CPU: dagperf's CPU share while it waits on a slow server at concurrency 1 (no busy-wait),
   as the extra CPU of a long run over a one-request run, per extra second.
 The server's own ceiling is measured first, with a separate client process.
@@ -210,6 +211,28 @@ async def main(quick: bool) -> None:
             rows.append(
                 ("FORK dispatch gap", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms ({len(gaps)} children)")
             )
+
+        # Accuracy: each request's reported TTFT minus the TTFT the server itself recorded
+        # (from its handler starting to its first chunk written), against a 20 ms server.
+        timed = SimConfig(ttft_ms=20, itl_ms=2, prefill_ms_per_token=0, output_tokens=16)
+        for concurrency in (1, 16, 64):
+            async with running_simulator(timed) as sim:
+                count = int((300 if concurrency == 1 else 1500) * scale)
+                result = await profile_run(
+                    sim.url, flat, tmp / f"accuracy{concurrency}", "--streaming",
+                    "--concurrency", str(concurrency), "--request-count", str(count),
+                    "--workers", "2",
+                )  # fmt: skip
+                served = {r.request_id: r for r in sim.simulator.records}
+            errors = [
+                r["metrics"]["time_to_first_token"]["value"]
+                - (served[r["metadata"]["x_request_id"]].first_chunk_ns
+                   - served[r["metadata"]["x_request_id"]].received_ns) / 1e6
+                for r in result["records"]
+            ]  # fmt: skip
+            p50, p99 = np.percentile(errors, [50, 99])
+            rows.append((f"TTFT error vs server, concurrency {concurrency} (20 ms server)",
+                         f"p50 {p50:+.2f} ms, p99 {p99:+.2f} ms"))  # fmt: skip
 
         # Idle: the CPU a long wait on a slow server costs beyond a one-request run, per
         # second of the extra wall time, so start-up and teardown cancel out.
