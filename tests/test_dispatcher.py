@@ -390,6 +390,21 @@ def test_interrupt_cancels_what_is_in_flight():
     assert h.stats == stats(children_spawned=2, children_truncated=2)
 
 
+def test_a_stop_lets_what_is_in_flight_finish_within_the_grace_period():
+    h = Harness(*EXAMPLE, benchmark_grace_period=5)
+    h.sent()
+    h.finish("root:0")
+    h.d.stop("stopped on request")
+    assert h.d.closed_reason == "stopped on request"
+    assert h.finish("a:0") == []  # answered in time, and nothing new is sent
+    assert h.d.drain_cancels() == [] and not h.d.finished
+    h.advance(5)
+    (late,) = h.d.drain_cancels()
+    assert h.name(late) == "b:0"
+    h.finish("b:0", ok=False, cancelled=True)
+    assert h.d.finished
+
+
 def test_unknown_credits_are_ignored():
     h = Harness(*EXAMPLE)
     h.sent()

@@ -156,10 +156,34 @@ async def test_goodput_and_tokenizer_flags_are_checked(tmp_path):
     assert missing.returncode == 2 and "never downloads a tokenizer" in missing.stderr
 
 
-async def test_summary_file_and_status_endpoint(tmp_path):
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+async def status_when(port: int, predicate) -> dict:
+    """The scheduler's /status once `predicate` holds, polled from before it listens."""
+    async with aiohttp.ClientSession() as session, asyncio.timeout(30):
+        while True:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/status") as response:
+                    status = await response.json()
+                async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    assert (await response.text()) == "ok"
+            except aiohttp.ClientConnectionError:
+                status = None  # not listening yet
+            if status is not None and predicate(status):
+                return status
+            await asyncio.sleep(0.05)
+
+
+def running_with_results(status: dict) -> bool:
+    return status["state"] == "running" and status["progress"]["requestsCompleted"] > 0
+
+
+async def test_summary_file_and_status_endpoint(tmp_path):
+    port = free_port()
     summary_file = tmp_path / "termination-log"
     config = RECORDING.model_copy(update={"ttft_ms": 100})
     async with running_simulator(config) as sim:
@@ -167,20 +191,7 @@ async def test_summary_file_and_status_endpoint(tmp_path):
             sim.url, tmp_path, roots(8), "--streaming", "--metrics-port", str(port),
             "--metrics-host", "127.0.0.1", "--summary-file", str(summary_file),
         )  # fmt: skip
-        seen_running = None
-        async with aiohttp.ClientSession() as session, asyncio.timeout(30):
-            while seen_running is None:
-                try:
-                    async with session.get(f"http://127.0.0.1:{port}/status") as response:
-                        status = await response.json()
-                    async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
-                        assert (await response.text()) == "ok"
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.05)  # not listening yet
-                    continue
-                if status["state"] == "running" and status["progress"]["requestsCompleted"]:
-                    seen_running = status
-                await asyncio.sleep(0.05)
+        seen_running = await status_when(port, running_with_results)
         run = await finish(process, directory, sim)
     assert run.returncode == 0, run.stderr
     assert seen_running["phase"] == "profiling"
@@ -189,7 +200,34 @@ async def test_summary_file_and_status_endpoint(tmp_path):
     final = json.loads(summary_file.read_text())
     assert len(summary_file.read_bytes()) < 4096
     assert final["outcome"] == "succeeded"
-    assert final["requests"]["requestsCompleted"] == 8 and final["requests"]["errors"] == 0
+    assert final["progress"]["requestsCompleted"] == 8 and final["progress"]["errors"] == 0
     assert final["summary"]["ttftP50Ms"] >= 100
     assert final["branchStats"]["children_spawned"] == 0
     assert final["resultsPath"] == str(directory)
+
+
+async def test_post_stop_ends_the_run_gracefully_keeping_what_it_measured(tmp_path):
+    """What a Benchmark's `suspend` does: stop sending, finish the exports, exit 0."""
+    port = free_port()
+    summary_file = tmp_path / "termination-log"
+    config = RECORDING.model_copy(update={"ttft_ms": 20})
+    async with running_simulator(config) as sim:
+        process, directory = await start_profile(
+            sim.url, tmp_path, roots(4), "--streaming", "--metrics-port", str(port),
+            "--metrics-host", "127.0.0.1", "--summary-file", str(summary_file),
+            "--request-count", "100000", "--concurrency", "2",
+        )  # fmt: skip
+        await status_when(port, running_with_results)
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{port}/stop") as response:
+                assert response.status == 200
+        run = await finish(process, directory, sim)
+    assert run.returncode == 0, run.stderr
+    final = json.loads(summary_file.read_text())
+    assert (final["outcome"], final["reason"]) == ("stopped", "stopped on request")
+    completed = final["progress"]["requestsCompleted"]
+    assert 0 < completed < 100000
+    assert len(run.records) == completed  # every measured request reached the export
+    # Requests in flight at the stop had the grace period to finish: none was cancelled.
+    assert final["progress"]["errors"] == 0 and run.summary["request_count"]["avg"] == completed
+    assert run.summary["was_cancelled"] is True and run.summary["is_complete"] is False

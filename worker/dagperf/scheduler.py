@@ -77,15 +77,14 @@ class Outcome:
     failure: str | None
     stop_reason: str | None
     interrupted: bool
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None and not self.interrupted
+    stopped: bool = False  # interrupted on request (POST /stop), which is not a failure
 
     @property
     def state(self) -> str:
         if self.failure is not None:
             return "failed"
+        if self.stopped:
+            return "stopped"
         return "cancelled" if self.interrupted else "succeeded"
 
 
@@ -153,6 +152,7 @@ class Scheduler:
             tokenizer,
         )
         self._interrupted = False
+        self._stop_requested = False
         self._done = asyncio.Event()
         self._enough = asyncio.Event()
         self._stopped = asyncio.Event()  # a stop request: also ends the metrics linger
@@ -183,12 +183,12 @@ class Scheduler:
         try:
             if self.metrics_port is not None:
                 self.status_server = StatusServer(
-                    self.status, self.live.registry if self.live else None
+                    self.status, self.live.registry if self.live else None, self.stop
                 )
                 await self.status_server.start(self.metrics_host, self.metrics_port)
                 log.info("serving /metrics and /status on port %d", self.status_server.port)
             await self._await_workers()
-            if not self._interrupted:
+            if not self._cut_short:
                 log.info("%d worker(s) registered; starting", len(self._peers))
                 self._state = "running"
                 self.dispatcher.begin()
@@ -224,8 +224,22 @@ class Scheduler:
     def interrupt(self, reason: str) -> None:
         """Stop sending, cancel what is in flight, and end the run with what it has."""
         self._interrupted = self._interrupted or not self.dispatcher.finished
-        self._stopped.set()
         self.dispatcher.interrupt(reason)
+        self._wind_down()
+
+    def stop(self, reason: str) -> None:
+        """A stop asked for (POST /stop): stop sending, give what is in flight the grace period,
+        and end the run as "stopped", which is a success."""
+        self._stop_requested = self._stop_requested or not self.dispatcher.finished
+        self.dispatcher.stop(reason)
+        self._wind_down()
+
+    @property
+    def _cut_short(self) -> bool:
+        return self._interrupted or self._stop_requested
+
+    def _wind_down(self) -> None:
+        self._stopped.set()
         self._enough.set()  # stop waiting for workers, if still waiting
         if self.endpoint_url is not None:
             self._flush()
@@ -441,21 +455,23 @@ class Scheduler:
                 d.branch_stats.as_dict(),
                 self.artifacts.input_config,
                 self.artifacts.run_info,
-                complete=d.finished and d.failure is None and not self._interrupted,
-                cancelled=self._interrupted or d.failure is not None,
+                complete=d.finished and d.failure is None and not self._cut_short,
+                cancelled=self._cut_short or d.failure is not None,
             )
             | extra
         )
         write_summary_json(self.artifacts.summary_json, document)
         write_summary_csv(self.artifacts.summary_csv, self.summary)
-        outcome = Outcome(document, d.failure, d.closed_reason, self._interrupted)
+        outcome = Outcome(
+            document, d.failure, d.closed_reason, self._interrupted, self._stop_requested
+        )
         if self.summary_file is not None:
             status = self.status()
             final = {
                 "outcome": outcome.state,
                 "reason": d.failure or d.closed_reason,
                 "benchmark": self.benchmark,
-                "requests": status["progress"],
+                "progress": status["progress"],
                 "durationSeconds": round(self.summary.duration_s, 3),
                 "summary": status["summary"],
                 "branchStats": status["branchStats"],

@@ -1,4 +1,5 @@
-"""The scheduler's HTTP face: /metrics for Prometheus, /status for the operator, /healthz.
+"""The scheduler's HTTP face: /metrics for Prometheus, /status and POST /stop for the operator,
+/healthz.
 
 `/status` and the `--summary-file` share one compact shape in the camelCase of the Benchmark
 resource's status, so the operator copies them without translating: progress while the run
@@ -62,9 +63,15 @@ def compact_json(document: dict[str, Any]) -> str:
 
 
 class StatusServer:
-    def __init__(self, status: Callable[[], dict[str, Any]], registry: CollectorRegistry | None):
+    def __init__(
+        self,
+        status: Callable[[], dict[str, Any]],
+        registry: CollectorRegistry | None,
+        stop: Callable[[str], None],
+    ):
         self._status = status
         self._registry = registry
+        self._stop = stop
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -73,6 +80,7 @@ class StatusServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/status", self._status_json)
         app.router.add_get("/healthz", self._healthz)
+        app.router.add_post("/stop", self._stop_run)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         try:
@@ -95,3 +103,8 @@ class StatusServer:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _stop_run(self, request: web.Request) -> web.Response:
+        """End the run gracefully, keeping what it measured (a Benchmark's `suspend`)."""
+        self._stop("stopped on request")
+        return web.json_response({"stopping": True})

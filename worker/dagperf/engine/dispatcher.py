@@ -12,9 +12,9 @@ pinned to its route session, picked by rendezvous hash the first time), and Bran
 
 Load: `concurrency` root slots (a slot frees when the root's last turn ends; children run in it),
 or Poisson root arrivals at `request_rate` (optionally capped by `concurrency`). Stops: a literal
-cap on sent requests, a number of roots, a duration (then a grace period for what is in flight,
-then cancellation), an interrupt, or --fail-fast on a child error. An optional warmup phase runs
-first, is waited for, and is not measured.
+cap on sent requests, a number of roots, a duration or a stop request (then a grace period for
+what is in flight, then cancellation), an interrupt, or --fail-fast on a child error. An
+optional warmup phase runs first, is waited for, and is not measured.
 """
 
 from __future__ import annotations
@@ -164,10 +164,18 @@ class Dispatcher:
         self._advance()
 
     def interrupt(self, reason: str) -> None:
-        """Stop sending and cancel everything in flight (Ctrl-C, or a stop from outside)."""
+        """Stop sending and cancel everything in flight (Ctrl-C)."""
         if not self.finished:
             self._close(reason)
             self._cancels.extend(self._inflight.values())
+            self._advance()
+
+    def stop(self, reason: str) -> None:
+        """Stop sending; what is in flight gets the grace period, as at the end of a duration,
+        so a stop asked for (a suspended Benchmark) keeps every answer it can."""
+        if not self.finished and not self._closed:
+            self._close(reason)
+            self._at(self._clock() + self._load.benchmark_grace_period, _GRACE)
             self._advance()
 
     # --- outputs ----------------------------------------------------------------------------
