@@ -11,9 +11,10 @@ from aiohttp import web
 
 from dagperf.console import Console, render_summary
 from dagperf.engine import Phase, Progress
+from dagperf.simulator import SimConfig, running_simulator
 
 from dagfile import conv, turn, user
-from runs import finish, serving, start_profile
+from runs import finish, profile, serving, start_profile
 
 
 @pytest.fixture
@@ -60,6 +61,20 @@ async def test_a_turn_without_a_model_needs_one_from_somewhere(bare, tmp_path):
     run = await finish(process, directory, None)
     assert run.returncode == 1
     assert "could not read a model name from" in run.stderr and "pass --model" in run.stderr
+
+
+async def test_a_server_that_wants_a_key_gets_it_for_the_model_list_and_every_request(tmp_path):
+    config = SimConfig(api_key="sk-test", ttft_ms=0, itl_ms=0)
+    async with running_simulator(config) as sim:
+        without = await profile(sim, tmp_path / "without", [conv("p")], "--streaming")
+        run = await profile(
+            sim, tmp_path / "with", [conv("p", turn(), turn())], "--streaming",
+            "--api-key", "sk-test",
+        )  # fmt: skip
+    assert without.returncode == 1 and "401" in without.stderr, without.stderr
+    assert run.returncode == 0, run.stderr
+    assert [r.get("error") for r in run.records] == [None, None]
+    assert "sk-test" not in (run.directory / "profile_export_aiperf.json").read_text()
 
 
 def test_progress_line_and_summary():

@@ -236,6 +236,17 @@ async def test_models_and_health():
     assert [m["id"] for m in models["data"]] == ["tiny"]
 
 
+async def test_a_configured_key_is_required_on_the_api_only():
+    async with running_simulator(FAST.model_copy(update={"api_key": "sk-1"})) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+        assert (await post(url, chat()))[0] == 401
+        assert (await post(url, chat(), {"Authorization": "Bearer sk-2"}))[0] == 401
+        assert (await post(url, chat(), {"Authorization": "Bearer sk-1"}))[0] == 200
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{sim.url}/health") as response:
+                assert response.status == 200  # probes need no key
+
+
 async def test_a_client_that_leaves_mid_stream_is_recorded():
     config = SimConfig(ttft_ms=0, itl_ms=20, output_tokens=50)
     async with running_simulator(config) as sim:

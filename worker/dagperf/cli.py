@@ -532,7 +532,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     async def go() -> int:
         if fields["model"] is None:
-            fields["model"] = await default_model(graph, fields["url"])
+            fields["model"] = await default_model(graph, fields["url"], fields["api_key"])
         endpoint = EndpointConfig(**fields)
         input_config = _input_config(args, load, args.workers_expected, options)
         input_config["endpoint"] = endpoint.redacted()

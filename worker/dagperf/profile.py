@@ -60,7 +60,9 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
             simulator = await stack.enter_async_context(_child_simulator(plan.simulator_args))
             endpoint_fields["url"] = simulator
         if endpoint_fields.get("model") is None:
-            endpoint_fields["model"] = await default_model(plan.graph, endpoint_fields["url"])
+            endpoint_fields["model"] = await default_model(
+                plan.graph, endpoint_fields["url"], endpoint_fields.get("api_key")
+            )
         endpoint = EndpointConfig(**endpoint_fields)
         plan.input_config["endpoint"] = endpoint.redacted()
         socket_dir = Path(tempfile.mkdtemp(prefix="dagperf-"))
@@ -173,23 +175,26 @@ async def _child_simulator(args: tuple[str, ...]):
         await _stop(process)
 
 
-async def default_model(graph: RequestGraph, url: str) -> str:
+async def default_model(graph: RequestGraph, url: str, api_key: str | None = None) -> str:
     """The model for turns that name none, when --model is not given: the first model the
     server lists. When every turn names its model, none is needed and the server is not asked."""
     named = {node.payload.model for tree in graph.trees for node in tree.nodes}
     if None not in named:
         return sorted(named)[0]
-    return await discover_model(url)
+    return await discover_model(url, api_key)
 
 
-async def discover_model(url: str) -> str:
+async def discover_model(url: str, api_key: str | None = None) -> str:
     """The first model the server lists."""
     base = EndpointConfig(url=url, model="-").url
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    timeout = aiohttp.ClientTimeout(total=10)
     try:
         async with (
             aiohttp.ClientSession(trust_env=False) as session,
-            session.get(f"{base}/v1/models", timeout=aiohttp.ClientTimeout(total=10)) as response,
+            session.get(f"{base}/v1/models", headers=headers, timeout=timeout) as response,
         ):
+            response.raise_for_status()  # 401 without the key: say so, not "KeyError: 'data'"
             models = (await response.json(content_type=None))["data"]
             return str(models[0]["id"])
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as e:

@@ -13,6 +13,7 @@ from dagperf.dataset.loader import (
     DatasetError,
     Problem,
     load_dag_jsonl,
+    parse_dag_jsonl,
     read_dag_jsonl,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "Problem",
     "conversation_branches",
     "load_dag_jsonl",
+    "parse_dag_jsonl",
     "read_dag_jsonl",
 ]

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
@@ -81,11 +81,22 @@ def load_dag_jsonl(path: str | Path) -> DagDataset:
     source = str(path)
     try:
         with open(path, "rb") as f:
-            compressed = f.read(2) == _GZIP_MAGIC
-        opener = gzip.open if compressed else open
-        with opener(path, "rb") as f:
-            return read_dag_jsonl(f, source)
-    except OSError as e:  # missing, a directory, unreadable, or a corrupt gzip stream
+            return parse_dag_jsonl(f, source)
+    except OSError as e:  # missing, a directory, unreadable
+        raise DatasetError([Problem(source, None, f"cannot read: {e.strerror or e}")]) from None
+
+
+def parse_dag_jsonl(stream: BinaryIO, source: str) -> DagDataset:
+    """Validate dag_jsonl from a seekable binary stream, plain or gzip-compressed (told apart
+    by its first bytes, as a ConfigMap's binaryData does not say)."""
+    compressed = stream.read(2) == _GZIP_MAGIC
+    stream.seek(0)
+    try:
+        if compressed:
+            with gzip.GzipFile(fileobj=stream) as unpacked:
+                return read_dag_jsonl(unpacked, source)
+        return read_dag_jsonl(stream, source)
+    except OSError as e:  # unreadable, or a corrupt gzip stream
         raise DatasetError([Problem(source, None, f"cannot read: {e.strerror or e}")]) from None
     except EOFError:
         raise DatasetError([Problem(source, None, "cannot read: truncated gzip stream")]) from None

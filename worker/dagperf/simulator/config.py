@@ -41,6 +41,10 @@ class SimConfig(BaseModel):
         default=True,
         description="Report token usage (some servers do not; clients must count themselves).",
     )
+    api_key: str | None = Field(
+        default=None,
+        description="Answer 401 to /v1 requests that do not carry this bearer token.",
+    )
     record_limit: int = Field(
         default=100_000,
         ge=0,

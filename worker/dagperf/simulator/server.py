@@ -68,13 +68,21 @@ class Simulator:
         self._ids = count()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024**2)
+        middlewares = [self._authorize] if self.config.api_key else []
+        app = web.Application(client_max_size=64 * 1024**2, middlewares=middlewares)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/sim/records", self._records)
         return app
+
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        expected = f"Bearer {self.config.api_key}"
+        if request.path.startswith("/v1/") and request.headers.get("Authorization") != expected:
+            return _error(401, "authentication_error", "a valid API key is required")
+        return await handler(request)
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response()
