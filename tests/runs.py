@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dagperf.simulator import RunningSimulator, SimConfig, SimRecord
+from dagperf.simulator import RunningSimulator, SimConfig, SimRecord, Simulator
 
 from dagfile import encode
 
@@ -120,6 +121,13 @@ async def finish(
     return run
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (until something binds it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @contextlib.asynccontextmanager
 async def serving(app: web.Application) -> AsyncIterator[str]:
     """Serve an aiohttp app on a free loopback port; yields its base URL."""
@@ -130,6 +138,44 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+class Gate:
+    """Holds every completion request at the server until opened: a test decides when the
+    requests in flight may finish, instead of racing them."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self._open = asyncio.Event()
+        self._arrived = asyncio.Condition()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "POST" and request.path.startswith("/v1/"):
+            async with self._arrived:
+                self.held += 1
+                self._arrived.notify_all()
+            await self._open.wait()
+        return await handler(request)
+
+    async def holding(self, count: int, timeout: float = 30) -> None:
+        """Wait until `count` requests have arrived (held or, once open, let through)."""
+        async with asyncio.timeout(timeout), self._arrived:
+            await self._arrived.wait_for(lambda: self.held >= count)
+
+    def open(self) -> None:
+        self._open.set()
+
+
+@contextlib.asynccontextmanager
+async def gated_simulator(config: SimConfig) -> AsyncIterator[tuple[RunningSimulator, Gate]]:
+    """A simulator behind a closed `Gate`."""
+    gate = Gate()
+    simulator = Simulator(config)
+    app = simulator.app()
+    app.middlewares.append(gate.middleware)
+    async with serving(app) as url:
+        yield RunningSimulator(simulator, url), gate
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import aiohttp
 import numpy as np
@@ -15,7 +14,7 @@ from dagperf.simulator import SimConfig, running_simulator
 from dagperf.simulator.text import VOCABULARY
 
 from dagfile import conv, turn, user
-from runs import RECORDING, finish, profile, start_profile
+from runs import RECORDING, finish, free_port, profile, start_profile
 
 KNOWN = SimConfig(ttft_ms=40, itl_ms=8, output_tokens=10, prefill_ms_per_token=0)
 
@@ -154,12 +153,6 @@ async def test_goodput_and_tokenizer_flags_are_checked(tmp_path):
         and "'ttft' is not a metric an objective can name" in bad_metric.stderr
     )
     assert missing.returncode == 2 and "never downloads a tokenizer" in missing.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def status_when(port: int, predicate) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import subprocess
 
 import aiohttp
@@ -15,15 +14,9 @@ import pytest
 from dagperf.simulator import running_simulator
 
 from dagfile import conv, turn
-from runs import RECORDING, finish, start_profile
+from runs import RECORDING, finish, free_port, start_profile
 
 PROMETHEUS = shutil.which("prometheus")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -17,13 +16,11 @@ from dagperf import protocol
 from dagperf.simulator import running_simulator
 
 from dagfile import conv, encode, turn
-from runs import RECORDING, children, read_jsonl
+from runs import RECORDING, children, free_port, gated_simulator, read_jsonl
 
 
 def free_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    return f"tcp://127.0.0.1:{free_port()}"
 
 
 async def spawn(*args: str) -> asyncio.subprocess.Process:
@@ -81,18 +78,16 @@ async def test_scheduler_and_workers_as_separate_commands(tmp_path, dataset):
 
 async def test_a_silent_worker_is_lost_after_the_heartbeat_timeout(tmp_path, dataset):
     address = free_address()
-    config = RECORDING.model_copy(update={"ttft_ms": 150})
-    async with running_simulator(config) as sim:
+    async with gated_simulator(RECORDING) as (sim, gate):
         scheduler = await spawn_scheduler(
             dataset, sim.url, address, tmp_path / "out",
             "--workers-expected", "2", "--worker-timeout", "1", "--concurrency", "8",
         )  # fmt: skip
         frozen = await spawn_worker(address, "frozen")
         healthy = await spawn_worker(address, "healthy")
-        async with asyncio.timeout(30):
-            while len(sim.simulator.records) < 8:
-                await asyncio.sleep(0.01)
+        await gate.holding(8)  # every root is in flight, some on each worker
         frozen.send_signal(signal.SIGSTOP)  # alive, but silent
+        gate.open()
         try:
             _, err = await asyncio.wait_for(scheduler.communicate(), 60)
         finally:

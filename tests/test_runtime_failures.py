@@ -7,7 +7,6 @@ import asyncio
 import glob
 import os
 import signal
-import socket
 
 import pytest
 from aiohttp import web
@@ -20,6 +19,7 @@ from runs import (
     children,
     dagperf_processes,
     finish,
+    free_port,
     profile,
     serving,
     start_profile,
@@ -101,9 +101,7 @@ async def test_fail_fast_from_the_environment(tmp_path, monkeypatch):
 
 
 async def test_a_refused_connection_is_an_error_record(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once the socket closes
+    port = free_port()
     process, directory = await start_profile(
         f"127.0.0.1:{port}", tmp_path, [conv("p", turn(), turn())], "--model", "m"
     )
