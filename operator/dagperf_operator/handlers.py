@@ -1,0 +1,401 @@
+"""The kopf handlers: thin wiring from Benchmark events to the pure builders and status logic.
+
+- create: validate the spec and the dataset (with dagperf's own loader), then create the
+  results claim, the scheduler Service and Job and the worker Deployment, owned by the Benchmark.
+  A bad spec or dataset ends as phase Failed with the reason in a condition and an Event, and
+  nothing else is created.
+- monitor (a timer while Pending or Running): progress from the scheduler's /status; the end from
+  its pod's termination message; then workers scaled to zero.
+- spec changes after creation are refused by a condition (they would be half-applied to a run
+  in progress), except `suspend`, which stops the run gracefully and keeps its results.
+- a timer deletes a finished Benchmark after `ttlSecondsAfterFinished`.
+
+Transient API errors are retried a bounded number of times (kopf's TemporaryError, `retries`);
+a create that still fails ends the Benchmark as Failed rather than retrying forever.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from dagperf.dataset import DatasetError, parse_dag_jsonl
+from dagperf.graph import compile_dag_jsonl
+from dagperf_operator import manifests
+from dagperf_operator import status as st
+from dagperf_operator.crd import GROUP, PLURAL, VERSION
+from dagperf_operator.kube import Kube, api_client
+from dagperf_operator.settings import OperatorSettings
+from dagperf_operator.spec import BenchmarkSpec
+
+REGISTRY = kopf.OperatorRegistry()  # what `dagperf-operator` (and the tests) hand to kopf
+# Read again at startup; only the timers' interval is fixed here, when they register.
+SETTINGS = OperatorSettings.from_env()
+CREATE_RETRIES = 5
+ACTIVE = ("Pending", "Running")
+
+
+@kopf.on.startup(registry=REGISTRY)
+def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    prefix = "dagperf.io"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=prefix, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING  # Events for problems, not for every step
+    # A Benchmark deleted while a timer runs (the TTL timer deletes its own) waits for that
+    # timer to return; check often, not kopf's default of once a minute.
+    settings.background.instant_exit_timeout = 2.0
+    settings.background.cancellation_polling = 1.0
+    memo.kube = Kube(api_client())
+    memo.settings = OperatorSettings.from_env()
+
+
+@kopf.on.login(registry=REGISTRY)
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return kopf.login_with_service_account(**kwargs)
+    return kopf.login_with_kubeconfig(**kwargs)
+
+
+# --- create ----------------------------------------------------------------------------------
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL, retries=CREATE_RETRIES, backoff=5, registry=REGISTRY)
+def create(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    retry: int,
+    **_: Any,
+) -> None:
+    kube: Kube = memo.kube
+    conditions: list[dict[str, Any]] = []
+    patch.status["observedGeneration"] = body.metadata.get("generation")
+    try:
+        parsed = BenchmarkSpec.model_validate(dict(spec))
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        _fail(
+            body, patch, conditions, "SpecAccepted", "InvalidSpec", f"spec.{where}: {first['msg']}"
+        )
+        return
+    if parsed.suspend:
+        patch.status["phase"] = "Suspended"
+        patch.status["message"] = "created suspended: nothing was launched"
+        return
+    try:
+        files = kube.dataset_files(namespace, parsed.dataset.config_map_ref.name)
+        key, problems = _check_dataset(parsed, files)
+        if problems:
+            reason = "ConfigMapNotFound" if files is None else "InvalidDataset"
+            message = st.dataset_problems_message(problems)
+            _fail(body, patch, conditions, "DatasetValid", reason, message)
+            return
+        conditions = st.set_condition(
+            conditions,
+            "DatasetValid",
+            True,
+            "Valid",
+            f"configmap/{parsed.dataset.config_map_ref.name} key {key}",
+        )
+        _launch(body, name, namespace, parsed, key, kube, memo.settings)
+    except ApiException as e:
+        if retry + 1 >= CREATE_RETRIES or (400 <= e.status < 500 and e.status != 429):
+            _fail(
+                body,
+                patch,
+                conditions,
+                "ResourcesCreated",
+                "ApiError",
+                f"{e.status} {e.reason}: {(e.body or '')[:300]}",
+            )
+            return
+        raise kopf.TemporaryError(f"the API said {e.status} {e.reason}", delay=5) from None
+    conditions = st.set_condition(
+        conditions,
+        "ResourcesCreated",
+        True,
+        "Created",
+        "scheduler Job, Service and worker Deployment",
+    )
+    conditions = st.set_condition(
+        conditions, "WorkersReady", False, "Waiting", "waiting for worker pods to register"
+    )
+    expected = parsed.workers.replicas * parsed.workers.processes_per_pod
+    claim = manifests.results_claim_name(name, parsed)
+    patch.status.update(
+        {
+            "phase": "Pending",
+            "message": "launched; waiting for the scheduler and workers",
+            "conditions": conditions,
+            "startTime": st.now(),
+            "workers": {"desired": expected, "registered": 0},
+            "progress": {"requestsCompleted": 0, "errors": 0, "display": "0"},
+            "resultsPath": f"{claim}:{manifests.RESULTS_DIR}/{name}" if claim else None,
+        }
+    )
+
+
+def _check_dataset(
+    spec: BenchmarkSpec, files: dict[str, bytes] | None
+) -> tuple[str | None, list[str]]:
+    """The dataset's key and its problems (as `line N: ...`), or why it could not be read."""
+    ref = spec.dataset.config_map_ref
+    if files is None:
+        return None, [f"configmap/{ref.name} does not exist in this namespace"]
+    key = ref.key
+    if key is None:
+        if len(files) != 1:
+            keys = ", ".join(sorted(files)) or "none"
+            return None, [
+                f"configmap/{ref.name} has {len(files)} keys ({keys}): set dataset.configMapRef.key"
+            ]
+        key = next(iter(files))
+    if key not in files:
+        return key, [f"configmap/{ref.name} has no key {key!r}"]
+    try:
+        compile_dag_jsonl(parse_dag_jsonl(io.BytesIO(files[key]), f"configmap/{ref.name}/{key}"))
+    except DatasetError as e:
+        return key, [p.short() for p in e.problems]
+    return key, []
+
+
+def _launch(
+    body: kopf.Body,
+    name: str,
+    namespace: str,
+    spec: BenchmarkSpec,
+    key: str,
+    kube: Kube,
+    settings: OperatorSettings,
+) -> None:
+    objects = [
+        manifests.results_claim(name, spec),
+        manifests.scheduler_service(name, settings),
+        manifests.scheduler_job(name, spec, key, settings),
+        manifests.worker_deployment(name, namespace, spec, settings),
+    ]
+    for obj in objects:
+        if obj is not None:
+            kopf.adopt(obj, owner=body)  # owned: deleting the Benchmark deletes it
+            kube.create(namespace, obj)
+
+
+def _fail(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    conditions: list[dict[str, Any]],
+    kind: str,
+    reason: str,
+    message: str,
+) -> None:
+    patch.status["phase"] = "Failed"
+    patch.status["message"] = message
+    patch.status["conditions"] = st.set_condition(conditions, kind, False, reason, message)
+    patch.status["completionTime"] = st.now()
+    kopf.warn(body, reason=reason, message=message[:1000])
+
+
+# --- monitor ---------------------------------------------------------------------------------
+
+
+def _active(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") in ACTIVE
+
+
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=SETTINGS.poll_interval_s, when=_active, registry=REGISTRY
+)
+def monitor(
+    body: kopf.Body,
+    status: kopf.Status,
+    name: str,
+    namespace: str,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    kube: Kube = memo.kube
+    names = manifests.Names(name)
+    job = kube.job(namespace, names.scheduler)
+    pods = kube.pods(
+        namespace, {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "scheduler"}
+    )
+    end = st.finished(pods[-1] if pods else None, job)
+    conditions = list(status.get("conditions") or [])
+    if end is None and job is None:
+        end = {
+            "phase": "Failed",
+            "reason": "SchedulerMissing",
+            "message": "the scheduler Job was deleted",
+            "final": None,
+        }
+    if end is None:
+        report = _scheduler_status(memo.settings, names.scheduler, namespace)
+        if report is None:
+            return
+        patch.status.update(st.from_scheduler(report))
+        workers = report.get("workers") or {}
+        if workers.get("registered", 0) >= workers.get("desired", 1):
+            conditions = st.set_condition(
+                conditions,
+                "WorkersReady",
+                True,
+                "Registered",
+                f"{workers.get('registered')} worker(s) registered",
+            )
+            patch.status["conditions"] = conditions
+        if report.get("state") == "running" and status.get("phase") != "Running":
+            patch.status["phase"] = "Running"
+            patch.status["message"] = "running"
+        return
+    final = end["final"]
+    if final is not None:
+        patch.status.update(st.from_scheduler(final))
+        if final.get("resultsPath") and status.get("resultsPath"):
+            claim = status["resultsPath"].split(":", 1)[0]
+            patch.status["resultsPath"] = f"{claim}:{final['resultsPath']}"
+    done = end["phase"] in ("Succeeded", "Suspended")
+    patch.status["conditions"] = st.set_condition(
+        conditions, "Completed", done, end["reason"], end["message"]
+    )
+    patch.status["phase"] = end["phase"]
+    patch.status["message"] = end["message"]
+    patch.status["completionTime"] = st.now()
+    kube.scale_workers(namespace, names.workers, 0)
+    if end["phase"] == "Failed":
+        kopf.warn(body, reason=end["reason"], message=end["message"])
+
+
+def _scheduler_status(settings: OperatorSettings, service: str, namespace: str) -> dict | None:
+    url = (
+        settings.status_url.format(service=service, namespace=namespace, port=settings.metrics_port)
+        + "/status"
+    )
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            return json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None  # not up yet, or going away: the pod's state will tell
+
+
+# --- changes ---------------------------------------------------------------------------------
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=REGISTRY)
+def spec_changed(
+    body: kopf.Body,
+    diff: kopf.Diff,
+    status: kopf.Status,
+    name: str,
+    namespace: str,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    paths = {tuple(p[1:] if p[:1] == ("spec",) else p) for _, p, _, _ in diff}
+    refused = sorted(".".join(p) for p in paths if p != ("suspend",))
+    conditions = list(status.get("conditions") or [])
+    if refused:
+        message = (
+            f"changes to spec.{', spec.'.join(refused)} were not applied: a Benchmark's spec is "
+            "fixed once it is created; delete it and create a new one"
+        )
+        conditions = st.set_condition(conditions, "SpecAccepted", False, "SpecImmutable", message)
+        patch.status["conditions"] = conditions
+        kopf.warn(body, reason="SpecImmutable", message=message)
+    if ("suspend",) in paths:
+        _suspend_changed(body, status, name, namespace, patch, memo, conditions)
+
+
+def _suspend_changed(
+    body: kopf.Body,
+    status: kopf.Status,
+    name: str,
+    namespace: str,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    conditions: list[dict[str, Any]],
+) -> None:
+    settings: OperatorSettings = memo.settings
+    phase = status.get("phase")
+    if not body["spec"].get("suspend"):
+        if phase == "Suspended":
+            message = "a suspended Benchmark does not resume; create a new one"
+            patch.status["conditions"] = st.set_condition(
+                conditions, "SpecAccepted", False, "CannotResume", message
+            )
+        return
+    if phase not in ACTIVE:
+        return
+    names = manifests.Names(name)
+    url = (
+        settings.status_url.format(
+            service=names.scheduler, namespace=namespace, port=settings.metrics_port
+        )
+        + "/stop"
+    )
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=3).close()
+        patch.status["message"] = "suspending: the scheduler is stopping and writing its results"
+    except (urllib.error.URLError, OSError):
+        memo.kube.delete_job(namespace, names.scheduler)  # nothing running to keep: just stop
+        memo.kube.scale_workers(namespace, names.workers, 0)
+        patch.status.update(
+            {
+                "phase": "Suspended",
+                "message": "suspended before the scheduler ran",
+                "completionTime": st.now(),
+                "conditions": st.set_condition(
+                    conditions, "Completed", True, "Suspended", "suspended before the scheduler ran"
+                ),
+            }
+        )
+
+
+# --- expiry ----------------------------------------------------------------------------------
+
+
+def _expiring(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
+    return (
+        status.get("phase") in st.TERMINAL_PHASES
+        and spec.get("ttlSecondsAfterFinished") is not None
+    )
+
+
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=SETTINGS.poll_interval_s, when=_expiring, registry=REGISTRY
+)
+def expire(
+    spec: kopf.Spec,
+    status: kopf.Status,
+    name: str,
+    namespace: str,
+    memo: kopf.Memo,
+    logger: logging.Logger,
+    **_: Any,
+) -> None:
+    finished_at = status.get("completionTime")
+    if not finished_at:
+        return
+    age = (
+        datetime.now(UTC) - datetime.fromisoformat(finished_at.replace("Z", "+00:00"))
+    ).total_seconds()
+    if age >= spec["ttlSecondsAfterFinished"]:
+        logger.info("finished %.0f s ago: deleting (ttlSecondsAfterFinished)", age)
+        memo.kube.delete_benchmark(namespace, name)

@@ -1,0 +1,311 @@
+"""What a Benchmark becomes: pure functions from its spec to Kubernetes objects, as dicts.
+
+A scheduler Job (one pod, no retries: a benchmark run is not idempotent), a Service for its
+ZeroMQ and metrics ports, a worker Deployment, and the results claim when one is to be created.
+The handlers add owner references (so deleting the Benchmark deletes them) and create them.
+
+Every pod runs as a non-root user with a read-only root filesystem (an emptyDir at /tmp for
+scratch), no privilege escalation, no capabilities and the runtime's seccomp profile, with
+resource requests set. The API key reaches workers only as an environment variable from the
+Secret the spec names, and the scheduler only when it must ask the server for a model name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dagperf_operator.settings import OperatorSettings
+from dagperf_operator.spec import BenchmarkSpec
+
+DATASET_DIR = "/dataset"
+RESULTS_DIR = "/results"
+TERMINATION_LOG = "/dev/termination-log"
+
+
+@dataclass(frozen=True)
+class Names:
+    benchmark: str
+
+    @property
+    def scheduler(self) -> str:  # the Job and its Service
+        return f"{self.benchmark}-scheduler"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.benchmark}-workers"
+
+    @property
+    def claim(self) -> str:
+        return f"{self.benchmark}-results"
+
+
+def labels(benchmark: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "dagperf",
+        "app.kubernetes.io/instance": benchmark,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": "dagperf-operator",
+    }
+
+
+def _pod_security(settings: OperatorSettings) -> dict[str, Any]:
+    uid = settings.run_as_user
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _container(
+    name: str, image: str, command: list[str], resources: dict[str, Any], settings: OperatorSettings
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": command,
+        "env": [{"name": "TMPDIR", "value": "/tmp"}, {"name": "HOME", "value": "/tmp"}],
+        "resources": resources,
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+    }
+
+
+def _api_key_env(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+    secret = spec.endpoint.api_key_secret_ref
+    if secret is None:
+        return []
+    ref = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
+    return [{"name": "OPENAI_API_KEY", "valueFrom": ref}]
+
+
+def _resources(spec_resources: Any, default: dict[str, Any]) -> dict[str, Any]:
+    if spec_resources is None:
+        return default
+    return spec_resources.model_dump(exclude_defaults=False)
+
+
+def scheduler_command(
+    name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings
+) -> list[str]:
+    e, load = spec.endpoint, spec.load
+    command = [
+        "dagperf",
+        "scheduler",
+        "--input-file",
+        f"{DATASET_DIR}/{dataset_key}",
+        "--custom-dataset-type",
+        spec.dataset.type,
+        "--url",
+        e.url,
+        "--endpoint-type",
+        e.type,
+    ]
+    if e.model:
+        command += ["--model", e.model]
+    if e.streaming:
+        command.append("--streaming")
+    if e.extra_inputs:
+        command += ["--extra-inputs", json.dumps(e.extra_inputs, sort_keys=True)]
+    for flag, value in (
+        ("--concurrency", load.concurrency),
+        ("--request-count", load.request_count),
+        ("--num-conversations", load.num_conversations),
+        ("--request-rate", load.request_rate),
+        ("--max-inflight", load.max_inflight),
+        ("--benchmark-duration", load.duration_seconds),
+        ("--warmup-request-count", load.warmup_request_count or None),
+    ):
+        if value is not None:
+            command += [flag, str(value)]
+    expected = spec.workers.replicas * spec.workers.processes_per_pod
+    command += [
+        "--bind",
+        f"tcp://0.0.0.0:{settings.zmq_port}",
+        "--workers-expected",
+        str(expected),
+        "--registration-timeout",
+        "600",
+        "--artifact-dir",
+        f"{RESULTS_DIR}/{name}",
+        "--metrics-host",
+        "0.0.0.0",
+        "--metrics-port",
+        str(settings.metrics_port),
+        "--metrics-linger",
+        str(settings.metrics_linger_s),
+        "--summary-file",
+        TERMINATION_LOG,
+        "--benchmark-name",
+        name,
+        "--log-format",
+        "json",
+        "--quiet",
+    ]
+    return command
+
+
+def scheduler_job(
+    name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings
+) -> dict[str, Any]:
+    names = Names(name)
+    image = spec.image or settings.image
+    container = _container(
+        "scheduler",
+        image,
+        scheduler_command(name, spec, dataset_key, settings),
+        _resources(spec.scheduler.resources, settings.scheduler_resources),
+        settings,
+    )
+    container["ports"] = [
+        {"name": "zmq", "containerPort": settings.zmq_port},
+        {"name": "metrics", "containerPort": settings.metrics_port},
+    ]
+    container["volumeMounts"] += [
+        {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True},
+        {"name": "results", "mountPath": RESULTS_DIR},
+    ]
+    if spec.endpoint.model is None:  # it lists the server's models, which may need the key
+        container["env"] += _api_key_env(spec)
+    container["terminationMessagePath"] = TERMINATION_LOG
+    container["terminationMessagePolicy"] = "File"
+    container["readinessProbe"] = {
+        "httpGet": {"path": "/healthz", "port": "metrics"},
+        "periodSeconds": 5,
+    }
+    claim = results_claim_name(name, spec)
+    results = (
+        {"name": "results", "persistentVolumeClaim": {"claimName": claim}}
+        if claim
+        else {"name": "results", "emptyDir": {}}
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": names.scheduler, "labels": labels(name, "scheduler")},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels(name, "scheduler")},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": _pod_security(settings),
+                    "containers": [container],
+                    "volumes": [
+                        {
+                            "name": "dataset",
+                            "configMap": {"name": spec.dataset.config_map_ref.name},
+                        },
+                        results,
+                        {"name": "scratch", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def scheduler_service(name: str, settings: OperatorSettings) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": Names(name).scheduler, "labels": labels(name, "scheduler")},
+        "spec": {
+            "selector": {
+                "app.kubernetes.io/instance": name,
+                "app.kubernetes.io/component": "scheduler",
+            },
+            "ports": [
+                {"name": "zmq", "port": settings.zmq_port, "targetPort": "zmq"},
+                {"name": "metrics", "port": settings.metrics_port, "targetPort": "metrics"},
+            ],
+        },
+    }
+
+
+def worker_deployment(
+    name: str, namespace: str, spec: BenchmarkSpec, settings: OperatorSettings
+) -> dict[str, Any]:
+    names = Names(name)
+    address = f"tcp://{names.scheduler}.{namespace}.svc:{settings.zmq_port}"
+    command = [
+        "dagperf",
+        "worker",
+        "--scheduler",
+        address,
+        "--worker-id",
+        "$(POD_NAME)",
+        "--processes",
+        str(spec.workers.processes_per_pod),
+        "--log-format",
+        "json",
+    ]
+    container = _container(
+        "worker",
+        spec.image or settings.image,
+        command,
+        _resources(spec.workers.resources, settings.worker_resources),
+        settings,
+    )
+    container["env"].append(
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    )
+    container["env"] += _api_key_env(spec)
+    selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "worker"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": names.workers, "labels": labels(name, "worker")},
+        "spec": {
+            "replicas": spec.workers.replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels(name, "worker")},
+                "spec": {
+                    "securityContext": _pod_security(settings),
+                    "containers": [container],
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    "terminationGracePeriodSeconds": 10,
+                },
+            },
+        },
+    }
+
+
+def results_claim_name(name: str, spec: BenchmarkSpec) -> str | None:
+    claim = spec.results.persistent_volume_claim
+    if claim is None:
+        return None
+    return claim.claim_name or Names(name).claim
+
+
+def results_claim(name: str, spec: BenchmarkSpec) -> dict[str, Any] | None:
+    """The claim to create, when the spec asks for a new one."""
+    claim = spec.results.persistent_volume_claim
+    if claim is None or claim.claim_name is not None:
+        return None
+    body: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": claim.size}},
+    }
+    if claim.storage_class_name:
+        body["storageClassName"] = claim.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": Names(name).claim, "labels": labels(name, "results")},
+        "spec": body,
+    }

@@ -1,0 +1,200 @@
+"""The Benchmark resource as pydantic models: the one definition its CRD is generated from.
+
+Field names are the resource's camelCase (through aliases); descriptions become the CRD's, so
+`kubectl explain benchmark.spec.load` says what these docstrings say. The status model is
+declared as fully as the spec: the API server prunes status fields a schema does not declare.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from dagperf.config import LoadConfig
+
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Suspended")
+CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")
+Quantity = int | str  # a Kubernetes resource quantity: 2, "500m", "1Gi"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class SecretKeyRef(_Model):
+    name: str = Field(min_length=1, description="A Secret in the Benchmark's namespace.")
+    key: str = Field(default="api-key", min_length=1, description="The key holding the API key.")
+
+
+class Endpoint(_Model):
+    url: str = Field(
+        min_length=1, description="Base URL of the OpenAI-compatible server under test."
+    )
+    model: str | None = Field(
+        default=None,
+        description="Model for turns that name none (default: the first the server lists).",
+    )
+    type: Literal["chat", "completions"] = Field(default="chat", description="The API to call.")
+    streaming: bool = Field(
+        default=True, description="Stream responses; time to first token needs it."
+    )
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="The API key, given to worker pods only as an environment variable from "
+        "this Secret; it never appears in a spec, log, status or export.",
+    )
+    extra_inputs: dict[str, Any] = Field(
+        default_factory=dict, description="Fields added to every request body."
+    )
+
+
+class ConfigMapRef(_Model):
+    name: str = Field(min_length=1, description="A ConfigMap in the Benchmark's namespace.")
+    key: str | None = Field(
+        default=None,
+        description="The key holding the dataset, in data or (gzip-compressed) binaryData; "
+        "default: the ConfigMap's only key.",
+    )
+
+
+class Dataset(_Model):
+    config_map_ref: ConfigMapRef = Field(description="Where the dataset file is.")
+    type: Literal["dag_jsonl"] = Field(default="dag_jsonl", description="The file's format.")
+
+
+def _as_flag(flag: str, **constraints: Any) -> Any:
+    """A field described as its `dagperf` flag is: one description for the CLI and the CRD."""
+    return Field(description=LoadConfig.model_fields[flag].description, **constraints)
+
+
+class Load(_Model):
+    concurrency: int | None = _as_flag("concurrency", default=None, ge=1)
+    request_count: int | None = _as_flag("request_count", default=None, ge=1)
+    num_conversations: int | None = _as_flag("num_conversations", default=None, ge=1)
+    request_rate: float | None = _as_flag("request_rate", default=None, gt=0)
+    max_inflight: int | None = _as_flag("max_inflight", default=None, ge=1)
+    duration_seconds: float | None = _as_flag("benchmark_duration", default=None, gt=0)
+    warmup_request_count: int = _as_flag("warmup_request_count", default=0, ge=0)
+
+
+class Resources(_Model):
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, description="Resource requests, e.g. {cpu: 500m, memory: 512Mi}."
+    )
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits.")
+
+
+class Workers(_Model):
+    replicas: int = Field(default=1, ge=1, description="Worker pods.")
+    processes_per_pod: int = Field(default=1, ge=1, description="Worker processes in each pod.")
+    resources: Resources | None = Field(
+        default=None, description="Per pod (default: the operator's)."
+    )
+
+
+class Scheduler(_Model):
+    resources: Resources | None = Field(default=None, description="Default: the operator's.")
+
+
+class PersistentVolumeClaim(_Model):
+    claim_name: str | None = Field(default=None, description="An existing claim to write to.")
+    storage_class_name: str | None = Field(
+        default=None, description="For a claim created for this Benchmark."
+    )
+    size: str | None = Field(default=None, description="Size of a claim to create, e.g. 1Gi.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PersistentVolumeClaim:
+        if (self.claim_name is None) == (self.size is None):
+            raise ValueError("give either claimName (an existing claim) or size (a new one)")
+        return self
+
+
+class Results(_Model):
+    persistent_volume_claim: PersistentVolumeClaim | None = Field(
+        default=None,
+        description="Where the export files go (default: nowhere persistent; the summary "
+        "still reaches the status).",
+    )
+
+
+class BenchmarkSpec(_Model):
+    endpoint: Endpoint = Field(description="The server under test.")
+    dataset: Dataset = Field(description="The conversations to send.")
+    load: Load = Field(default_factory=Load, description="Load shape and stop conditions.")
+    workers: Workers = Field(default_factory=Workers, description="The worker pods.")
+    scheduler: Scheduler = Field(default_factory=Scheduler, description="The scheduler pod.")
+    results: Results = Field(default_factory=Results, description="Where results are kept.")
+    image: str | None = Field(default=None, description="dagperf image (default: the operator's).")
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Delete the Benchmark this long after it finished."
+    )
+    suspend: bool = Field(
+        default=False,
+        description="True stops a running benchmark gracefully, keeping partial results.",
+    )
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+class Condition(_Model):
+    type: str = Field(description="One of " + ", ".join(CONDITION_TYPES) + ".")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(description="A CamelCase word.")
+    message: str = Field(default="", description="What happened, for people.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+
+
+class WorkersStatus(_Model):
+    desired: int = Field(description="Worker processes the scheduler waits for.")
+    registered: int = Field(default=0, description="Worker processes registered.")
+
+
+class Progress(_Model):
+    requests_completed: int = 0
+    requests_total: int | None = Field(default=None, description="When known.")
+    errors: int = 0
+    display: str = Field(default="", description="Completed/total, for `kubectl get`.")
+
+
+class BranchStatsStatus(BaseModel):
+    """The run's BranchStats, with AIPerf's field names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    children_spawned: int = 0
+    children_completed: int = 0
+    children_errored: int = 0
+    children_truncated: int = 0
+    parents_suspended: int = 0
+    parents_resumed: int = 0
+    parents_failed_due_to_child_error: int = 0
+    joins_suppressed: int = 0
+
+
+class Summary(_Model):
+    request_throughput: float | None = Field(default=None, description="Requests per second.")
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    error_rate: float | None = Field(default=None, description="Failed share of requests, 0-1.")
+
+
+class BenchmarkStatus(_Model):
+    phase: Literal[PHASES] | None = None  # type: ignore[valid-type]
+    message: str | None = Field(default=None, description="The latest news, for people.")
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    workers: WorkersStatus | None = None
+    progress: Progress | None = None
+    branch_stats: BranchStatsStatus | None = None
+    summary: Summary | None = None
+    results_path: str | None = Field(default=None, description="Export files, on the claim.")

@@ -1,0 +1,400 @@
+"""The operator with kopf really running, against a Kubernetes API emulator over HTTP.
+
+No controller runs in the emulator: where a test needs the scheduler's pod to have ended, it
+writes that pod itself, termination message included, as the kubelet would.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+
+import pytest
+import yaml
+
+from cluster import ROOT, Api, eventually, operating
+from dagfile import conv, encode, turn
+from runs import free_port
+
+NS = "bench"
+DATASET = b"".join(encode(conv("root", turn(forks=["a"])), conv("a")))
+BENCH = "/apis/dagperf.io/v1alpha1/namespaces/bench/benchmarks"
+JOBS = "/apis/batch/v1/namespaces/bench/jobs"
+DEPLOYMENTS = "/apis/apps/v1/namespaces/bench/deployments"
+CORE = "/api/v1/namespaces/bench"
+
+
+@pytest.fixture
+async def kube(tmp_path, monkeypatch):
+    # No scheduler answers in these tests: its /status address refuses at once.
+    status_url = f"http://127.0.0.1:{free_port()}"
+    async with operating(tmp_path, monkeypatch, DAGPERF_STATUS_URL=status_url) as operated:
+        yield operated
+
+
+def benchmark(name: str = "demo", **spec) -> dict:
+    return {
+        "apiVersion": "dagperf.io/v1alpha1",
+        "kind": "Benchmark",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "endpoint": {"url": "http://vllm:8000", "model": "m"},
+            "dataset": {"configMapRef": {"name": "data"}},
+        }
+        | spec,
+    }
+
+
+def config_map(content: bytes = DATASET, name: str = "data", key: str = "dataset.jsonl") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NS},
+        "data": {key: content.decode()},
+    }
+
+
+async def warned(cluster, reason: str) -> None:
+    """Wait for the operator's Warning Event with this reason (kopf posts them in the
+    background)."""
+    await eventually(
+        cluster.events,
+        lambda events: any((e.get("type"), e.get("reason")) == ("Warning", reason) for e in events),
+    )
+
+
+def phase(name: str):
+    return lambda b: b.get("status", {}).get("phase") == name
+
+
+def condition(b: dict, kind: str) -> dict:
+    return next(c for c in b["status"]["conditions"] if c["type"] == kind)
+
+
+async def created(api: Api, name: str = "demo", **spec) -> dict:
+    await api.create(f"{CORE}/configmaps", config_map())
+    await api.create(BENCH, benchmark(name, **spec))
+    return await api.until(NS, name, phase("Pending"))
+
+
+async def scheduler_ended(
+    api: Api, name: str, exit_code: int, message: str, reason: str = "Completed"
+) -> None:
+    """Play the kubelet: the scheduler's pod has ended, with this termination message."""
+    job = await api.get(f"{JOBS}/{name}-scheduler")
+    await api.create(f"{CORE}/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{name}-scheduler-x1", "namespace": NS,
+                     "labels": job["spec"]["template"]["metadata"]["labels"]},
+        "status": {"phase": "Succeeded" if exit_code == 0 else "Failed", "containerStatuses": [{
+            "name": "scheduler",
+            "state": {"terminated": {"exitCode": exit_code, "reason": reason, "message": message}},
+        }]},
+    })  # fmt: skip
+
+
+FINAL = {
+    "outcome": "succeeded", "reason": None, "benchmark": "demo",
+    "progress": {"requestsSent": 5, "requestsCompleted": 5, "requestsTotal": 5, "errors": 0},
+    "summary": {"requestThroughput": 12.5, "ttftP50Ms": 20.1, "ttftP99Ms": 25.3, "itlP50Ms": 5.0,
+                "itlP99Ms": 5.2, "errorRate": 0.0},
+    "branchStats": {"children_spawned": 2, "children_completed": 2},
+    "resultsPath": "/results/demo",
+}  # fmt: skip
+
+
+async def test_a_valid_benchmark_launches_owned_secure_pods(kube):
+    _, api, _ = kube
+    await api.create(
+        f"{CORE}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "key", "namespace": NS},
+            "data": {"api-key": base64.b64encode(b"sk-secret").decode()},
+        },
+    )
+    spec = {
+        "endpoint": {"url": "http://vllm:8000", "model": "m", "apiKeySecretRef": {"name": "key"}},
+        "workers": {"replicas": 3, "processesPerPod": 2},
+        "load": {"concurrency": 8, "requestCount": 100},
+        "results": {"persistentVolumeClaim": {"size": "1Gi", "storageClassName": "fast"}},
+    }
+    b = await created(api, **spec)
+    uid = b["metadata"]["uid"]
+    job = await api.get(f"{JOBS}/demo-scheduler")
+    deployment = await api.get(f"{DEPLOYMENTS}/demo-workers")
+    service = await api.get(f"{CORE}/services/demo-scheduler")
+    claim = await api.get(f"{CORE}/persistentvolumeclaims/demo-results")
+    for obj, component in (
+        (job, "scheduler"),
+        (deployment, "worker"),
+        (service, "scheduler"),
+        (claim, "results"),
+    ):
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "Benchmark",
+            "demo",
+            uid,
+            True,
+        )
+        assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "dagperf"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == "demo"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == component
+
+    assert job["spec"]["backoffLimit"] == 0
+    for pod in (job["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]):
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        (container,) = pod["containers"]
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert container["resources"]["requests"]["cpu"]
+        assert {"name": "scratch", "mountPath": "/tmp"} in container["volumeMounts"]
+        assert "sk-secret" not in json.dumps(pod)
+
+    (scheduler,) = job["spec"]["template"]["spec"]["containers"]
+    mounts = {m["name"]: m for m in scheduler["volumeMounts"]}
+    assert mounts["dataset"] == {"name": "dataset", "mountPath": "/dataset", "readOnly": True}
+    assert mounts["results"]["mountPath"] == "/results"
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["dataset"]["configMap"]["name"] == "data"
+    assert volumes["results"]["persistentVolumeClaim"]["claimName"] == "demo-results"
+    command = scheduler["command"]
+    assert command[:2] == ["dagperf", "scheduler"]
+    assert command[command.index("--input-file") + 1] == "/dataset/dataset.jsonl"
+    assert command[command.index("--workers-expected") + 1] == "6"
+    assert command[command.index("--request-count") + 1] == "100"
+    assert command[command.index("--summary-file") + 1] == scheduler["terminationMessagePath"]
+    assert "OPENAI_API_KEY" not in json.dumps(scheduler)  # the model is named: no need to list
+
+    (worker,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert deployment["spec"]["replicas"] == 3
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["OPENAI_API_KEY"] == {
+        "name": "OPENAI_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "key", "key": "api-key"}},
+    }
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert worker["command"][worker["command"].index("--scheduler") + 1] == (
+        "tcp://demo-scheduler.bench.svc:5555"
+    )
+    assert worker["command"][worker["command"].index("--worker-id") + 1] == "$(POD_NAME)"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "zmq": 5555,
+        "metrics": 9090,
+    }
+
+    status = b["status"]
+    assert status["workers"] == {"desired": 6, "registered": 0}
+    assert status["observedGeneration"] == 1 and status["startTime"]
+    assert status["resultsPath"] == "demo-results:/results/demo"
+    assert [c["type"] for c in status["conditions"]] == [
+        "DatasetValid",
+        "ResourcesCreated",
+        "WorkersReady",
+    ]
+    assert [c["status"] for c in status["conditions"]] == ["True", "True", "False"]
+
+
+async def test_an_invalid_dataset_fails_with_the_loaders_errors_and_launches_nothing(kube):
+    cluster, api, _ = kube
+    bad = b"".join(encode(conv("root", turn(forks=["ghost"])), "{oops"))
+    await api.create(f"{CORE}/configmaps", config_map(bad))
+    await api.create(BENCH, benchmark())
+    b = await api.until(NS, "demo", phase("Failed"))
+    valid = condition(b, "DatasetValid")
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidDataset")
+    assert valid["message"].startswith("line 1: session 'root' turn 0: branch target 'ghost'")
+    assert "line 2: invalid JSON" in valid["message"]
+    assert b["status"]["completionTime"]
+    await warned(cluster, "InvalidDataset")
+    assert await api.get(f"{JOBS}/demo-scheduler") is None
+    assert await api.get(f"{DEPLOYMENTS}/demo-workers") is None
+    assert await api.get(f"{CORE}/services/demo-scheduler") is None
+
+
+async def test_a_missing_config_map(kube):
+    _, api, _ = kube
+    await api.create(BENCH, benchmark())
+    b = await api.until(NS, "demo", phase("Failed"))
+    valid = condition(b, "DatasetValid")
+    assert (valid["status"], valid["reason"]) == ("False", "ConfigMapNotFound")
+    assert "configmap/data does not exist" in valid["message"]
+    assert await api.get(f"{JOBS}/demo-scheduler") is None
+
+
+async def test_a_gzip_dataset_in_binary_data(kube):
+    _, api, _ = kube
+    packed = config_map(name="data") | {
+        "data": {},
+        "binaryData": {"d.gz": base64.b64encode(gzip.compress(DATASET)).decode()},
+    }
+    await api.create(f"{CORE}/configmaps", packed)
+    await api.create(BENCH, benchmark())
+    b = await api.until(NS, "demo", phase("Pending"))
+    assert condition(b, "DatasetValid")["message"] == "configmap/data key d.gz"
+
+
+async def test_an_invalid_spec_fails(kube):
+    _, api, _ = kube
+    await api.create(f"{CORE}/configmaps", config_map())
+    await api.create(BENCH, benchmark(load={"concurrency": 0}))
+    b = await api.until(NS, "demo", phase("Failed"))
+    accepted = condition(b, "SpecAccepted")
+    assert accepted["reason"] == "InvalidSpec"
+    assert accepted["message"].startswith("spec.load.concurrency: Input should be greater")
+
+
+async def test_a_finished_run_succeeds_with_its_summary_and_scales_workers_down(kube):
+    _, api, _ = kube
+    await created(api)
+    await scheduler_ended(api, "demo", 0, json.dumps(FINAL))
+    b = await api.until(NS, "demo", phase("Succeeded"))
+    status = b["status"]
+    assert status["summary"] == FINAL["summary"]
+    assert status["progress"] == {
+        "requestsCompleted": 5,
+        "requestsTotal": 5,
+        "errors": 0,
+        "display": "5/5",
+    }
+    assert status["branchStats"]["children_spawned"] == 2
+    assert condition(b, "Completed")["status"] == "True" and status["completionTime"]
+    deployment = await api.get(f"{DEPLOYMENTS}/demo-workers")
+    assert deployment["spec"]["replicas"] == 0
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "message", "expected"),
+    [
+        (137, "OOMKilled", "", "the scheduler ran out of memory (OOMKilled)"),
+        (
+            1,
+            "Error",
+            json.dumps(FINAL | {"outcome": "failed", "reason": "every worker was lost"}),
+            "the run failed: every worker was lost",
+        ),
+        (1, "Error", "Traceback ...", "the scheduler exited with code 1: Traceback ..."),
+    ],
+)
+async def test_a_failed_scheduler_fails_the_benchmark_with_its_reason(
+    kube, code, reason, message, expected
+):
+    _, api, _ = kube
+    await created(api)
+    await scheduler_ended(api, "demo", code, message, reason)
+    b = await api.until(NS, "demo", phase("Failed"))
+    assert b["status"]["message"].startswith(expected)
+    completed = condition(b, "Completed")
+    assert (completed["status"], completed["reason"]) == ("False", reason)
+    assert (await api.get(f"{DEPLOYMENTS}/demo-workers"))["spec"]["replicas"] == 0
+
+
+async def test_spec_edits_after_creation_are_refused_not_half_applied(kube):
+    _, api, _ = kube
+    await created(api, workers={"replicas": 1})
+    await api.patch(f"{BENCH}/demo", {"spec": {"workers": {"replicas": 9}}})
+    b = await api.until(
+        NS,
+        "demo",
+        lambda b: any(c["type"] == "SpecAccepted" for c in b["status"].get("conditions", [])),
+    )
+    accepted = condition(b, "SpecAccepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "SpecImmutable")
+    assert "spec.workers.replicas" in accepted["message"]
+    assert (await api.get(f"{DEPLOYMENTS}/demo-workers"))["spec"]["replicas"] == 1
+    assert b["status"]["phase"] == "Pending"
+
+
+async def test_suspend_before_the_scheduler_runs_stops_everything(kube):
+    _, api, _ = kube
+    await created(api)
+    await api.patch(f"{BENCH}/demo", {"spec": {"suspend": True}})
+    b = await api.until(NS, "demo", phase("Suspended"))
+    assert condition(b, "Completed")["reason"] == "Suspended"
+    assert await api.get(f"{JOBS}/demo-scheduler") is None
+    assert (await api.get(f"{DEPLOYMENTS}/demo-workers"))["spec"]["replicas"] == 0
+
+
+async def test_a_benchmark_created_suspended_launches_nothing(kube):
+    _, api, _ = kube
+    await api.create(f"{CORE}/configmaps", config_map())
+    await api.create(BENCH, benchmark(suspend=True))
+    await api.until(NS, "demo", phase("Suspended"))
+    assert await api.get(f"{JOBS}/demo-scheduler") is None
+
+
+async def test_a_stopped_run_is_suspended_with_partial_results(kube):
+    _, api, _ = kube
+    await created(api)
+    stopped = FINAL | {"outcome": "stopped", "reason": "stopped on request"}
+    await scheduler_ended(api, "demo", 0, json.dumps(stopped))
+    b = await api.until(NS, "demo", phase("Suspended"))
+    assert b["status"]["summary"]["requestThroughput"] == 12.5
+
+
+async def test_ttl_deletes_a_finished_benchmark(kube):
+    _, api, _ = kube
+    await created(api, ttlSecondsAfterFinished=1)
+    await scheduler_ended(api, "demo", 0, json.dumps(FINAL))
+    await api.until(NS, "demo", phase("Succeeded"))
+    await api.gone(NS, "demo")
+
+
+async def test_a_restarted_operator_creates_nothing_twice_and_picks_the_run_up(kube):
+    cluster, api, restart = kube
+    await created(api)
+    await restart()
+    await scheduler_ended(api, "demo", 0, json.dumps(FINAL))
+    await api.until(NS, "demo", phase("Succeeded"))
+    posts = [r for r in cluster if r.method == "POST" and r.resource is not None]
+    kinds = [
+        r.resource.plural for r in posts if r.resource.plural in ("jobs", "deployments", "services")
+    ]
+    assert sorted(kinds) == ["deployments", "jobs", "services"]
+
+
+async def test_the_operator_uses_exactly_the_rbac_it_asks_for(kube):
+    cluster, api, _ = kube
+    await created(
+        api, ttlSecondsAfterFinished=0, results={"persistentVolumeClaim": {"size": "1Gi"}}
+    )
+    await api.create(BENCH, benchmark("other"))
+    await api.until(NS, "other", phase("Pending"))
+    await api.patch(f"{BENCH}/other", {"spec": {"suspend": True}})
+    await api.until(NS, "other", phase("Suspended"))
+    await api.create(BENCH, benchmark("broken", dataset={"configMapRef": {"name": "absent"}}))
+    await api.until(NS, "broken", phase("Failed"))
+    await warned(cluster, "ConfigMapNotFound")
+    await scheduler_ended(api, "demo", 0, json.dumps(FINAL))
+    await api.gone(NS, "demo")  # expired: deleted by the operator
+    # Discovery (a resource without a plural) is open to every authenticated client.
+    used = {
+        rbac_verb(r)
+        for r in cluster
+        if r.resource is not None and r.resource.plural and r.headers.get("User-Agent") != Api.AGENT
+    }
+    documents = yaml.safe_load_all((ROOT / "operator" / "rbac.yaml").read_text())
+    (role,) = [d for d in documents if d["kind"] == "ClusterRole"]
+    granted = {
+        (g, res, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for res in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert used == granted
+
+
+def rbac_verb(request) -> tuple[str, str, str]:
+    """(apiGroup, resource, verb) as an RBAC rule names what a request did."""
+    verbs = {"LIST": "list", "WATCH": "watch", "FETCH": "get", "CREATE": "create",
+             "UPDATE": "patch", "DELETE": "delete"}  # fmt: skip
+    resource = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
+    return request.resource.group, resource, verbs[request.action.value]
