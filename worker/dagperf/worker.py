@@ -278,7 +278,10 @@ def serve_workers(
         command = ["-m", "dagperf", "worker", "--scheduler", scheduler, "--processes", "1"]
         command += ["--worker-id", f"{worker_id}-{index}"]
         command += ["--scheduler-timeout", str(scheduler_timeout), *log_flags]
-        children.append(subprocess.Popen([sys.executable, *command]))
+        child = subprocess.Popen([sys.executable, *command])
+        children.append(child)
+        for sig in tuple(stopped_by):  # came while it was being started: `forward` missed it
+            child.send_signal(sig)
     codes = [child.wait() for child in children]
     # A child still starting up dies of the signal it was sent: that is a clean stop too.
     return max((0 if -code in stopped_by else code for code in codes), default=0)
