@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+import zmq.asyncio
 
 from dagperf import protocol
 from dagperf.simulator import running_simulator
@@ -144,6 +145,23 @@ async def test_a_worker_stops_on_sigterm():
     await until_children(worker.pid, 2)
     worker.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(worker.wait(), 10) == 0
+
+
+async def test_a_worker_waiting_for_its_scheduler_stops_cleanly_on_sigterm():
+    """A worker pod scaled away before its scheduler ever answered."""
+    address = free_address()
+    silent = zmq.asyncio.Context.instance().socket(zmq.ROUTER)  # hears Hello, never answers
+    silent.setsockopt(zmq.LINGER, 0)
+    silent.bind(address)
+    try:
+        worker = await spawn_worker(address, "w")
+        frames = await asyncio.wait_for(silent.recv_multipart(), 30)
+        assert frames[0] == b"w" and frames[1] == protocol.VERSION  # it said Hello
+        worker.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(worker.communicate(), 10)
+    finally:
+        silent.close()
+    assert worker.returncode == 0 and "Traceback" not in err.decode(), err.decode()
 
 
 async def test_scheduler_registration_timeout_says_what_is_missing(tmp_path, dataset):

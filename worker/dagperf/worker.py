@@ -71,7 +71,8 @@ class Worker:
         try:
             while not self._stop.is_set():
                 await self._register()
-                await self._serve_until_silent()
+                if self._welcomed.is_set():  # else stopped while waiting for a scheduler
+                    await self._serve_until_silent()
         finally:
             await self._reset()
             self._channel.close()
