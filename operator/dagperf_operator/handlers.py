@@ -267,9 +267,6 @@ def monitor(
     final = end["final"]
     if final is not None:
         patch.status.update(st.from_scheduler(final))
-        if final.get("resultsPath") and status.get("resultsPath"):
-            claim = status["resultsPath"].split(":", 1)[0]
-            patch.status["resultsPath"] = f"{claim}:{final['resultsPath']}"
     done = end["phase"] in ("Succeeded", "Suspended")
     patch.status["conditions"] = st.set_condition(
         conditions, "Completed", done, end["reason"], end["message"]

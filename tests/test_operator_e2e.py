@@ -1,0 +1,154 @@
+"""A Benchmark from creation to its end, with every part real except the cluster's own.
+
+The operator (kopf, against the API emulator) validates the dataset and creates the scheduler
+Job, its Service and the worker Deployment; the suite's Kubelet runs those containers' commands
+as local processes, with their env and mounts, against the simulator; the operator follows the
+run through the scheduler's /status and ends it from the pod's termination message. A Gate at
+the simulator holds requests, so the test sees the run Running, and stops it there, on purpose
+rather than by timing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from dagperf.simulator import SimConfig
+from kubelet import Kubelet
+
+from cluster import ROOT, operating
+from runs import free_port, gated_simulator, read_jsonl
+
+NS = "bench"
+DATASET = ROOT / "examples" / "dag_jsonl" / "three-roots.dag.jsonl"  # names no model
+KEY = "sk-e2e-secret"
+SIM = SimConfig(api_key=KEY, ttft_ms=5, itl_ms=1, output_tokens=8)
+
+
+@pytest.fixture
+async def node(tmp_path, monkeypatch):
+    """(api, kubelet, simulator, gate): the operator and a node running its pods, a gated
+    simulator as the endpoint, and the dataset and API key Secret in place."""
+    metrics_port = free_port()
+    settings = {
+        "DAGPERF_ZMQ_PORT": str(free_port()),
+        "DAGPERF_METRICS_PORT": str(metrics_port),
+        "DAGPERF_STATUS_URL": f"http://127.0.0.1:{metrics_port}",
+        "DAGPERF_METRICS_LINGER_S": "0",
+    }
+    async with (
+        operating(tmp_path, monkeypatch, **settings) as (_, api, _),
+        Kubelet(api, NS, tmp_path / "node") as kubelet,
+        gated_simulator(SIM) as (sim, gate),
+    ):
+        await api.create(f"/api/v1/namespaces/{NS}/configmaps", {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dataset"},
+            "data": {DATASET.name: DATASET.read_text()},
+        })  # fmt: skip
+        await api.create(f"/api/v1/namespaces/{NS}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "endpoint"},
+            "data": {"api-key": base64.b64encode(KEY.encode()).decode()},
+        })  # fmt: skip
+        try:
+            yield api, kubelet, sim, gate
+        finally:
+            print(kubelet.output())  # shown when the test failed
+
+
+async def start(api, sim, **spec) -> None:
+    body = {
+        "endpoint": {"url": sim.url, "apiKeySecretRef": {"name": "endpoint"}},
+        "dataset": {"configMapRef": {"name": "dataset"}},
+        "workers": {"replicas": 2},
+        "results": {"persistentVolumeClaim": {"claimName": "bench-results"}},
+    }
+    await api.create(f"/apis/dagperf.io/v1alpha1/namespaces/{NS}/benchmarks", {
+        "apiVersion": "dagperf.io/v1alpha1", "kind": "Benchmark",
+        "metadata": {"name": "demo", "namespace": NS}, "spec": body | spec,
+    })  # fmt: skip
+
+
+def phase(name: str):
+    return lambda b: b.get("status", {}).get("phase") == name
+
+
+def condition(benchmark: dict, kind: str) -> dict:
+    return next(c for c in benchmark["status"]["conditions"] if c["type"] == kind)
+
+
+async def test_a_benchmark_runs_to_success_with_its_summary_and_exports(node):
+    api, kubelet, sim, gate = node
+    await start(api, sim, load={"concurrency": 3})
+    running = await api.until(NS, "demo", phase("Running"), timeout=60)
+    await gate.holding(3)  # the three roots are in flight
+    assert running["status"]["workers"] == {"desired": 2, "registered": 2}
+    gate.open()
+    done = await api.until(NS, "demo", phase("Succeeded"), timeout=60)
+
+    status = done["status"]
+    assert status["progress"] == {
+        "requestsCompleted": 9,
+        "requestsTotal": 9,
+        "errors": 0,
+        "display": "9/9",
+    }  # every request carried the key: the simulator refuses any without it
+    summary = status["summary"]
+    assert summary["requestThroughput"] > 0 and summary["errorRate"] == 0
+    assert summary["ttftP50Ms"] >= SIM.ttft_ms and summary["itlP50Ms"] > 0
+    assert status["branchStats"]["children_completed"] == 6
+    assert condition(done, "Completed")["status"] == "True"
+    assert condition(done, "WorkersReady")["status"] == "True"
+    assert status["resultsPath"] == "bench-results:/results/demo"
+
+    results = kubelet.claim("bench-results") / "demo"
+    records = read_jsonl(results / "profile_export.jsonl")
+    assert len(records) == 9 and not any(r["error"] for r in records)
+    worker_pods = [p for p in kubelet.started if p.startswith("demo-workers-")]
+    assert len(worker_pods) == 2  # worker identities come from their pods' names:
+    assert all(any(r["metadata"]["worker_id"].startswith(p) for p in worker_pods) for r in records)
+    exported = json.loads((results / "profile_export_aiperf.json").read_text())
+    assert exported["request_count"]["avg"] == 9
+    assert (results / "profile_export_aiperf.csv").exists()
+    assert KEY not in (results / "profile_export_aiperf.json").read_text()
+
+    scheduler = await pod("demo-scheduler-", api)
+    (container,) = scheduler["status"]["containerStatuses"]
+    final = json.loads(container["state"]["terminated"]["message"])
+    assert final["outcome"] == "succeeded" and final["progress"]["requestsCompleted"] == 9
+    deployment = await api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/demo-workers")
+    assert deployment["spec"]["replicas"] == 0
+
+
+async def test_suspending_a_running_benchmark_keeps_what_it_measured(node):
+    api, kubelet, sim, gate = node
+    await start(api, sim, load={"concurrency": 2, "requestCount": 1000})
+    await api.until(NS, "demo", phase("Running"), timeout=60)
+    await gate.holding(2)
+    await api.patch(
+        f"/apis/dagperf.io/v1alpha1/namespaces/{NS}/benchmarks/demo", {"spec": {"suspend": True}}
+    )
+    # The operator asked the scheduler to stop; only then may the held requests finish.
+    await api.until(NS, "demo", lambda b: b["status"].get("message", "").startswith("suspending"))
+    gate.open()
+    done = await api.until(NS, "demo", phase("Suspended"), timeout=60)
+
+    status = done["status"]
+    assert status["progress"]["requestsCompleted"] == 2 and status["progress"]["errors"] == 0
+    assert status["progress"]["requestsTotal"] == 1000
+    assert condition(done, "Completed")["reason"] == "Suspended"
+    records = read_jsonl(kubelet.claim("bench-results") / "demo" / "profile_export.jsonl")
+    assert len(records) == 2 and not any(r["error"] for r in records)
+    deployment = await api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/demo-workers")
+    assert deployment["spec"]["replicas"] == 0
+
+
+async def pod_names(api) -> list[str]:
+    found = await api.get(f"/api/v1/namespaces/{NS}/pods")
+    return [p["metadata"]["name"] for p in found["items"]]
+
+
+async def pod(prefix: str, api) -> dict:
+    (name,) = [n for n in await pod_names(api) if n.startswith(prefix)]
+    return await api.get(f"/api/v1/namespaces/{NS}/pods/{name}")
