@@ -3,7 +3,8 @@
 kmock stores objects as JSON and serves them over real HTTP. This adds what an API server
 stamps on objects (uid, resourceVersion, creationTimestamp, generation on spec changes); answers
 a failed JSON-patch `test` with 422 as the API server does (kopf then retries on its next cycle,
-where a 500 would make it repeat the stale patch); serves core discovery as `v1` (kmock says
+where a 500 would make it repeat the stale patch) and a missing object with reason NotFound
+(kubectl 1.20 relies on it); serves core discovery as `v1` (kmock says
 `/v1`, which kubectl ignores); and registers the Benchmark resource from the CRD file. There is
 no garbage collector and no controller: tests that need owned objects deleted, or pods to exist,
 play those parts themselves.
@@ -55,6 +56,12 @@ class StaleResourceVersion(kmock.KubernetesError):
     message: str = "the resourceVersion test failed"
 
 
+@attrs.frozen
+class NotFound(kmock.KubernetesError):
+    status: int = 404
+    reason: str = "NotFound"  # the API server's reason, which older kubectl versions check
+
+
 @attrs.define(kw_only=True)
 class Cluster(kmock.KubernetesEmulator):
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
@@ -83,6 +90,8 @@ class Cluster(kmock.KubernetesEmulator):
             return await super()._handle(request)
         except jsonpatch.JsonPatchTestFailed as e:
             raise StaleResourceVersion(message=str(e)) from None
+        except kmock.KubernetesNotFoundError as e:
+            raise NotFound(message=e.message) from None
 
     async def _serve_version(self, request: kmock.Request) -> Any:
         answer = await super()._serve_version(request)

@@ -347,6 +347,15 @@ async def test_ttl_deletes_a_finished_benchmark(kube):
     await api.gone(NS, "demo")
 
 
+async def test_a_deleted_benchmark_goes_away_while_its_run_is_watched(kube):
+    """kopf holds a finalizer while the monitor timer runs: deleting must still finish (the
+    objects it owns go with it, by their owner references, in a cluster's garbage collector)."""
+    _, api, _ = kube
+    await created(api)
+    await api.delete(f"{BENCH}/demo")
+    await api.gone(NS, "demo", timeout=10)
+
+
 async def test_a_restarted_operator_creates_nothing_twice_and_picks_the_run_up(kube):
     cluster, api, restart = kube
     await created(api)

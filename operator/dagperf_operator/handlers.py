@@ -41,7 +41,12 @@ from dagperf_operator.spec import BenchmarkSpec
 REGISTRY = kopf.OperatorRegistry()  # what `dagperf-operator` (and the tests) hand to kopf
 # Read again at startup; only the timers' interval is fixed here, when they register.
 SETTINGS = OperatorSettings.from_env()
-CREATE_RETRIES = 5
+RETRIES = 5  # for a change handler; a timer simply tries again on its next tick
+POLLING: dict[str, Any] = {
+    "interval": SETTINGS.poll_interval_s,
+    "backoff": SETTINGS.poll_interval_s,  # after an error too, not kopf's default minute
+    "registry": REGISTRY,
+}
 ACTIVE = ("Pending", "Running")
 
 
@@ -71,7 +76,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 # --- create ----------------------------------------------------------------------------------
 
 
-@kopf.on.create(GROUP, VERSION, PLURAL, retries=CREATE_RETRIES, backoff=5, registry=REGISTRY)
+@kopf.on.create(GROUP, VERSION, PLURAL, retries=RETRIES, backoff=5, registry=REGISTRY)
 def create(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -115,7 +120,7 @@ def create(
         )
         _launch(body, name, namespace, parsed, key, kube, memo.settings)
     except ApiException as e:
-        if retry + 1 >= CREATE_RETRIES or (400 <= e.status < 500 and e.status != 429):
+        if retry + 1 >= RETRIES or (400 <= e.status < 500 and e.status != 429):
             _fail(
                 body,
                 patch,
@@ -218,9 +223,7 @@ def _active(status: kopf.Status, **_: Any) -> bool:
     return status.get("phase") in ACTIVE
 
 
-@kopf.timer(
-    GROUP, VERSION, PLURAL, interval=SETTINGS.poll_interval_s, when=_active, registry=REGISTRY
-)
+@kopf.timer(GROUP, VERSION, PLURAL, when=_active, **POLLING)
 def monitor(
     body: kopf.Body,
     status: kopf.Status,
@@ -294,7 +297,7 @@ def _scheduler_status(settings: OperatorSettings, service: str, namespace: str) 
 # --- changes ---------------------------------------------------------------------------------
 
 
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=REGISTRY)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", retries=RETRIES, backoff=5, registry=REGISTRY)
 def spec_changed(
     body: kopf.Body,
     diff: kopf.Diff,
@@ -375,9 +378,7 @@ def _expiring(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
     )
 
 
-@kopf.timer(
-    GROUP, VERSION, PLURAL, interval=SETTINGS.poll_interval_s, when=_expiring, registry=REGISTRY
-)
+@kopf.timer(GROUP, VERSION, PLURAL, when=_expiring, **POLLING)
 def expire(
     spec: kopf.Spec,
     status: kopf.Status,

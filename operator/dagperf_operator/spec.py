@@ -21,7 +21,7 @@ Quantity = int | str  # a Kubernetes resource quantity: 2, "500m", "1Gi"
 
 class _Model(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
 
 

@@ -1,0 +1,173 @@
+"""What users apply and run: the CRD, the example Benchmark, kubectl against them, the
+`dagperf-operator` command's refusals, and the status rules the handlers rely on."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+import yaml
+
+from dagperf.dataset import load_dag_jsonl
+from dagperf_operator import status as st
+from dagperf_operator.crd import crd_yaml
+from dagperf_operator.spec import BenchmarkSpec
+
+from cluster import CRD_FILE, ROOT, operating
+
+EXAMPLE = ROOT / "examples" / "benchmark.yaml"
+CRD = yaml.safe_load(CRD_FILE.read_text())
+(VERSION,) = CRD["spec"]["versions"]
+SCHEMA = VERSION["schema"]["openAPIV3Schema"]
+# OpenAPI v3 states exclusiveMinimum as a boolean, as JSON Schema draft 4 does.
+VALIDATOR = jsonschema.Draft4Validator(SCHEMA)
+
+
+def example() -> tuple[dict, dict]:
+    config_map, benchmark = yaml.safe_load_all(EXAMPLE.read_text())
+    return config_map, benchmark
+
+
+def test_the_committed_crd_is_the_one_the_models_generate():
+    assert CRD_FILE.read_text() == crd_yaml(), "run: python -m dagperf_operator.crd > " + str(
+        CRD_FILE.relative_to(ROOT)
+    )
+
+
+def test_the_crd_is_structural_and_declares_its_status():
+    def walk(node: dict, path: str) -> None:
+        assert node.get("type") or node.get("x-kubernetes-int-or-string"), path
+        for name in node.get("required", []):
+            assert name in node["properties"], f"{path}.{name}"
+        for name, child in node.get("properties", {}).items():
+            walk(child, f"{path}.{name}")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}.*")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+
+    walk(SCHEMA, "")
+    assert CRD["spec"]["names"]["shortNames"] == ["bench"]
+    assert VERSION["subresources"] == {"status": {}}
+    status = SCHEMA["properties"]["status"]["properties"]
+    for field in ("phase", "conditions", "observedGeneration", "startTime", "completionTime",
+                  "workers", "progress", "branchStats", "summary", "resultsPath"):  # fmt: skip
+        assert field in status, field
+    for column in VERSION["additionalPrinterColumns"]:  # each shows a declared field
+        node = SCHEMA
+        for part in column["jsonPath"].strip(".").split("."):
+            if part == "metadata":
+                break
+            node = node["properties"][part]
+    assert [c["name"] for c in VERSION["additionalPrinterColumns"]] == [
+        "Phase", "Progress", "Req/s", "TTFT p99", "Age"
+    ]  # fmt: skip
+
+
+def test_the_example_is_valid_by_the_crd_the_operator_and_the_loader(tmp_path):
+    config_map, benchmark = example()
+    VALIDATOR.validate(benchmark)
+    BenchmarkSpec.model_validate(benchmark["spec"])
+    assert benchmark["spec"]["dataset"]["configMapRef"]["name"] == config_map["metadata"]["name"]
+    ((key, content),) = config_map["data"].items()
+    assert content == (ROOT / "examples" / "dag_jsonl" / key).read_text()
+    (tmp_path / key).write_text(content)
+    assert load_dag_jsonl(tmp_path / key).roots == ["root"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("load", "concurrency"), 0),
+        (("load", "requestRate"), 0),  # must be above zero
+        (("endpoint", "type"), "embeddings"),
+        (("workers", "replicas"), 0),
+        (("ttlSecondsAfterFinished",), -1),
+        (("endpoint", "streaming"), "yes"),
+    ],
+)
+def test_the_crd_refuses_what_the_operator_would(path, value):
+    _, benchmark = example()
+    bad = copy.deepcopy(benchmark)
+    node = bad["spec"]
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+    assert not VALIDATOR.is_valid(bad)
+    with pytest.raises(ValueError):
+        BenchmarkSpec.model_validate(bad["spec"])
+
+
+def test_a_benchmark_without_an_endpoint_url_is_refused():
+    _, benchmark = example()
+    del benchmark["spec"]["endpoint"]["url"]
+    assert not VALIDATOR.is_valid(benchmark)
+
+
+KUBECTL = shutil.which("kubectl")
+
+
+async def test_kubectl_applies_the_crd_and_the_example_and_the_operator_launches_it(
+    tmp_path, monkeypatch
+):
+    assert KUBECTL, "kubectl is not installed (.ci/run installs it)"
+    async with operating(tmp_path, monkeypatch) as (_, api, _):
+        for manifest in (CRD_FILE, EXAMPLE):
+            process = await asyncio.create_subprocess_exec(
+                KUBECTL, "--cache-dir", str(tmp_path / "kube-cache"), "apply",
+                "--validate=false", "-f", str(manifest),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await process.communicate()
+            assert process.returncode == 0, err.decode()
+        assert "benchmark.dagperf.io/example created" in out.decode()
+        b = await api.until("default", "example", lambda b: b.get("status", {}).get("phase"))
+        assert b["status"]["phase"] == "Pending", b["status"]
+        job = await api.get("/apis/batch/v1/namespaces/default/jobs/example-scheduler")
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert "/dataset/example.dag.jsonl" in container["command"]
+
+
+@pytest.mark.parametrize(
+    ("env", "complaint"),
+    [
+        ({"DAGPERF_ZMQ_PORT": "many"}, "DAGPERF_ZMQ_PORT='many' is not a valid int"),
+        ({"DAGPERF_WORKER_RESOURCES": "{cpu"}, "DAGPERF_WORKER_RESOURCES='{cpu' is not a valid"),
+        ({"KUBECONFIG": "/nonexistent/kubeconfig"}, "no cluster to talk to"),
+    ],
+)
+def test_the_operator_command_refuses_bad_settings_with_a_message(tmp_path, env, complaint):
+    environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)} | env
+    result = subprocess.run(
+        [sys.executable, "-m", "dagperf_operator"], env=environment, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert complaint in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_condition_keeps_its_transition_time_until_its_status_changes(monkeypatch):
+    monkeypatch.setattr(st, "now", lambda: "T1")
+    conditions = st.set_condition([], "WorkersReady", False, "Waiting")
+    monkeypatch.setattr(st, "now", lambda: "T2")
+    conditions = st.set_condition(conditions, "WorkersReady", False, "Waiting", "1 of 2")
+    assert conditions[0]["lastTransitionTime"] == "T1" and conditions[0]["message"] == "1 of 2"
+    conditions = st.set_condition(conditions, "WorkersReady", True, "Registered")
+    assert [(c["status"], c["lastTransitionTime"]) for c in conditions] == [("True", "T2")]
+
+
+def test_a_job_that_failed_before_its_pod_reported_fails_the_benchmark():
+    job = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    assert st.finished(None, job)["reason"] == "SchedulerFailed"
+    assert st.finished(None, {"status": {}}) is None  # still running
+
+
+def test_dataset_problems_are_quoted_first_few_then_counted():
+    problems = [f"line {n}: bad" for n in range(1, 9)]
+    message = st.dataset_problems_message(problems)
+    assert message.startswith("line 1: bad; line 2: bad") and message.endswith("and 3 more")
