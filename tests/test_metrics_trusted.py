@@ -175,15 +175,22 @@ def running_with_results(status: dict) -> bool:
     return status["state"] == "running" and status["progress"]["requestsCompleted"] > 0
 
 
-async def test_summary_file_and_status_endpoint(tmp_path):
+async def start_reporting(sim, tmp_path, lines: list, *flags: str):
+    """`dagperf profile` serving /status on a free port and writing a summary file; returns
+    the process, its artifact directory, the port and the summary file."""
     port = free_port()
     summary_file = tmp_path / "termination-log"
+    process, directory = await start_profile(
+        sim.url, tmp_path, lines, "--streaming", "--metrics-port", str(port),
+        "--metrics-host", "127.0.0.1", "--summary-file", str(summary_file), *flags,
+    )  # fmt: skip
+    return process, directory, port, summary_file
+
+
+async def test_summary_file_and_status_endpoint(tmp_path):
     config = RECORDING.model_copy(update={"ttft_ms": 100})
     async with running_simulator(config) as sim:
-        process, directory = await start_profile(
-            sim.url, tmp_path, roots(8), "--streaming", "--metrics-port", str(port),
-            "--metrics-host", "127.0.0.1", "--summary-file", str(summary_file),
-        )  # fmt: skip
+        process, directory, port, summary_file = await start_reporting(sim, tmp_path, roots(8))
         seen_running = await status_when(port, running_with_results)
         run = await finish(process, directory, sim)
     assert run.returncode == 0, run.stderr
@@ -201,15 +208,11 @@ async def test_summary_file_and_status_endpoint(tmp_path):
 
 async def test_post_stop_ends_the_run_gracefully_keeping_what_it_measured(tmp_path):
     """What a Benchmark's `suspend` does: stop sending, finish the exports, exit 0."""
-    port = free_port()
-    summary_file = tmp_path / "termination-log"
     config = RECORDING.model_copy(update={"ttft_ms": 20})
     async with running_simulator(config) as sim:
-        process, directory = await start_profile(
-            sim.url, tmp_path, roots(4), "--streaming", "--metrics-port", str(port),
-            "--metrics-host", "127.0.0.1", "--summary-file", str(summary_file),
-            "--request-count", "100000", "--concurrency", "2",
-        )  # fmt: skip
+        process, directory, port, summary_file = await start_reporting(
+            sim, tmp_path, roots(4), "--request-count", "100000", "--concurrency", "2"
+        )
         await status_when(port, running_with_results)
         async with aiohttp.ClientSession() as session:
             async with session.post(f"http://127.0.0.1:{port}/stop") as response:

@@ -249,7 +249,7 @@ def monitor(
             "final": None,
         }
     if end is None:
-        report = _scheduler_status(memo.settings, names.scheduler, namespace)
+        report = _scheduler_status(memo.settings, name, namespace)
         if report is None:
             return
         patch.status.update(st.from_scheduler(report))
@@ -282,12 +282,17 @@ def monitor(
         kopf.warn(body, reason=end["reason"], message=end["message"])
 
 
-def _scheduler_status(settings: OperatorSettings, service: str, namespace: str) -> dict | None:
-    url = (
-        settings.status_url.format(service=service, namespace=namespace, port=settings.metrics_port)
-        + "/status"
+def _scheduler_url(settings: OperatorSettings, name: str, namespace: str, path: str) -> str:
+    service = manifests.Names(name).scheduler
+    base = settings.status_url.format(
+        service=service, namespace=namespace, port=settings.metrics_port
     )
+    return base + path
+
+
+def _scheduler_status(settings: OperatorSettings, name: str, namespace: str) -> dict | None:
     try:
+        url = _scheduler_url(settings, name, namespace, "/status")
         with urllib.request.urlopen(url, timeout=3) as response:
             return json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError):
@@ -344,12 +349,7 @@ def _suspend_changed(
     if phase not in ACTIVE:
         return
     names = manifests.Names(name)
-    url = (
-        settings.status_url.format(
-            service=names.scheduler, namespace=namespace, port=settings.metrics_port
-        )
-        + "/stop"
-    )
+    url = _scheduler_url(settings, name, namespace, "/stop")
     try:
         urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=3).close()
         patch.status["message"] = "suspending: the scheduler is stopping and writing its results"
