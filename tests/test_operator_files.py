@@ -45,6 +45,8 @@ def test_the_crd_is_structural_and_declares_its_status():
         for name in node.get("required", []):
             assert name in node["properties"], f"{path}.{name}"
         for name, child in node.get("properties", {}).items():
+            # `kubectl explain` shows these; only the standard top-level fields go without
+            assert path == "" or child.get("description"), f"{path}.{name} is not described"
             walk(child, f"{path}.{name}")
         if isinstance(node.get("additionalProperties"), dict):
             walk(node["additionalProperties"], f"{path}.*")

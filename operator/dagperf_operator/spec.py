@@ -14,7 +14,7 @@ from pydantic.alias_generators import to_camel
 
 from dagperf.config import LoadConfig
 
-PHASES = ("Pending", "Running", "Succeeded", "Failed", "Suspended")
+Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")
 Quantity = int | str  # a Kubernetes resource quantity: 2, "500m", "1Gi"
 
@@ -144,7 +144,7 @@ class BenchmarkSpec(_Model):
 
 class Condition(_Model):
     type: str = Field(description="One of " + ", ".join(CONDITION_TYPES) + ".")
-    status: Literal["True", "False", "Unknown"]
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether it holds.")
     reason: str = Field(description="A CamelCase word.")
     message: str = Field(default="", description="What happened, for people.")
     last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
@@ -156,45 +156,63 @@ class WorkersStatus(_Model):
 
 
 class Progress(_Model):
-    requests_completed: int = 0
+    requests_completed: int = Field(default=0, description="Requests answered or failed.")
     requests_total: int | None = Field(default=None, description="When known.")
-    errors: int = 0
+    errors: int = Field(default=0, description="Requests that failed.")
     display: str = Field(default="", description="Completed/total, for `kubectl get`.")
+
+
+def _counter(description: str) -> Any:
+    return Field(default=0, description=description)
 
 
 class BranchStatsStatus(BaseModel):
     """The run's BranchStats, with AIPerf's field names."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    children_spawned: int = 0
-    children_completed: int = 0
-    children_errored: int = 0
-    children_truncated: int = 0
-    parents_suspended: int = 0
-    parents_resumed: int = 0
-    parents_failed_due_to_child_error: int = 0
-    joins_suppressed: int = 0
+    children_spawned: int = _counter("FORK and SPAWN children dispatched.")
+    children_completed: int = _counter("Children that reached their last turn.")
+    children_errored: int = _counter("Children that ended with an error.")
+    children_truncated: int = _counter("Children cut short by a stop condition.")
+    parents_suspended: int = _counter("Parents that paused at a join.")
+    parents_resumed: int = _counter("Parents that went on once their children drained.")
+    parents_failed_due_to_child_error: int = _counter("Parents ended by a child's error.")
+    joins_suppressed: int = _counter("Joins released unfired: a stop condition held the child.")
+
+
+def _ms(description: str) -> Any:
+    return Field(default=None, description=description + ", in milliseconds.")
 
 
 class Summary(_Model):
     request_throughput: float | None = Field(default=None, description="Requests per second.")
-    ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None
-    itl_p50_ms: float | None = None
-    itl_p99_ms: float | None = None
+    ttft_p50_ms: float | None = _ms("Time to first token, median")
+    ttft_p99_ms: float | None = _ms("Time to first token, 99th percentile")
+    itl_p50_ms: float | None = _ms("Inter-token latency, median")
+    itl_p99_ms: float | None = _ms("Inter-token latency, 99th percentile")
     error_rate: float | None = Field(default=None, description="Failed share of requests, 0-1.")
 
 
 class BenchmarkStatus(_Model):
-    phase: Literal[PHASES] | None = None  # type: ignore[valid-type]
+    phase: Phase | None = Field(
+        default=None, description="Pending, Running, then Succeeded, Failed or Suspended."
+    )
     message: str | None = Field(default=None, description="The latest news, for people.")
-    conditions: list[Condition] = Field(default_factory=list)
-    observed_generation: int | None = None
-    start_time: str | None = None
-    completion_time: str | None = None
-    workers: WorkersStatus | None = None
-    progress: Progress | None = None
-    branch_stats: BranchStatsStatus | None = None
-    summary: Summary | None = None
-    results_path: str | None = Field(default=None, description="Export files, on the claim.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="DatasetValid, ResourcesCreated, WorkersReady, ..."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation this status describes."
+    )
+    start_time: str | None = Field(default=None, description="When the pods were launched.")
+    completion_time: str | None = Field(default=None, description="When the run ended.")
+    workers: WorkersStatus | None = Field(default=None, description="Worker registration.")
+    progress: Progress | None = Field(default=None, description="Requests so far.")
+    branch_stats: BranchStatsStatus | None = Field(
+        default=None, description="FORK and SPAWN accounting, as AIPerf reports it."
+    )
+    summary: Summary | None = Field(
+        default=None, description="Throughput, latency and errors, so far and then final."
+    )
+    results_path: str | None = Field(default=None, description="claim:path of the export files.")
