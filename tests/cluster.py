@@ -147,9 +147,11 @@ class Operated(NamedTuple):
 
 
 @contextlib.asynccontextmanager
-async def operating(tmp_path: Path, monkeypatch: Any, **settings: str) -> AsyncIterator[Operated]:
-    """The emulator, and the operator watching it with these DAGPERF_* settings (and polling
-    fast); the test's own requests go through `api`."""
+async def operating(
+    tmp_path: Path, monkeypatch: Any, namespaces: tuple[str, ...] = (), **settings: str
+) -> AsyncIterator[Operated]:
+    """The emulator, and the operator watching it (every namespace, or these) with these
+    DAGPERF_* settings (and polling fast); the test's own requests go through `api`."""
     async with serving_cluster() as (cluster, url):
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -158,7 +160,7 @@ async def operating(tmp_path: Path, monkeypatch: Any, **settings: str) -> AsyncI
         operators: list[OperatorThread] = []
 
         async def start() -> None:
-            operator = OperatorThread()
+            operator = OperatorThread(namespaces)
             operator.start()
             assert await asyncio.to_thread(operator.ready_flag.wait, 30), operator.error
             operators.append(operator)
@@ -193,10 +195,7 @@ class OperatorThread(threading.Thread):
         try:
             asyncio.run(
                 kopf.operator(
-                    clusterwide=not self.namespaces,
-                    namespaces=self.namespaces,
-                    standalone=True,
-                    registry=handlers.REGISTRY,
+                    **handlers.run_options(self.namespaces),
                     stop_flag=self.stop_flag,
                     ready_flag=self.ready_flag,
                 )

@@ -407,3 +407,20 @@ def rbac_verb(request) -> tuple[str, str, str]:
              "UPDATE": "patch", "DELETE": "delete"}  # fmt: skip
     resource = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
     return request.resource.group, resource, verbs[request.action.value]
+
+
+async def test_an_operator_limited_to_a_namespace_watches_only_there(tmp_path, monkeypatch):
+    async with operating(tmp_path, monkeypatch, namespaces=(NS,)) as (cluster, api, _):
+        elsewhere = benchmark() | {"metadata": {"name": "demo", "namespace": "elsewhere"}}
+        await api.create("/apis/dagperf.io/v1alpha1/namespaces/elsewhere/benchmarks", elsewhere)
+        await created(api)
+        touched = {
+            r.url.path
+            for r in cluster
+            if r.resource is not None
+            and r.resource.plural == "benchmarks"
+            and r.headers.get("User-Agent") != Api.AGENT
+        }
+        assert BENCH in touched  # watched there, and nowhere else:
+        assert all(path.startswith(BENCH) for path in touched), touched
+        assert "status" not in await api.benchmark("elsewhere", "demo")

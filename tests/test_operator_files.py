@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import shutil
+import signal
 import subprocess
 import sys
 
+import aiohttp
 import jsonschema
 import pytest
 import yaml
@@ -18,7 +21,8 @@ from dagperf_operator import status as st
 from dagperf_operator.crd import crd_yaml
 from dagperf_operator.spec import BenchmarkSpec
 
-from cluster import CRD_FILE, ROOT, operating
+from cluster import CRD_FILE, ROOT, Api, operating, serving_cluster, write_kubeconfig
+from runs import free_port
 
 EXAMPLE = ROOT / "examples" / "benchmark.yaml"
 CRD = yaml.safe_load(CRD_FILE.read_text())
@@ -133,6 +137,34 @@ async def test_kubectl_applies_the_crd_and_the_example_and_the_operator_launches
         job = await api.get("/apis/batch/v1/namespaces/default/jobs/example-scheduler")
         (container,) = job["spec"]["template"]["spec"]["containers"]
         assert "/dataset/example.dag.jsonl" in container["command"]
+
+
+async def test_the_operator_command_runs_a_benchmark_and_stops_on_sigterm(tmp_path):
+    """`dagperf-operator` as users start it: kopf's runner in the main thread, a liveness probe,
+    one namespace watched, and a clean exit on SIGTERM."""
+    port = free_port()
+    async with serving_cluster() as (_, url), aiohttp.ClientSession() as session:
+        api = Api(session, url)
+        env = os.environ | {"KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url))}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        operator = await asyncio.create_subprocess_exec(
+            shutil.which("dagperf-operator") or "dagperf-operator", "--namespace", "default",
+            "--liveness", f"http://127.0.0.1:{port}/healthz", env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            config_map, benchmark = example()
+            await api.create("/api/v1/namespaces/default/configmaps", config_map)
+            await api.create("/apis/dagperf.io/v1alpha1/namespaces/default/benchmarks", benchmark)
+            b = await api.until("default", "example", lambda b: b.get("status"), timeout=60)
+            assert b["status"]["phase"] == "Pending"
+            async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                assert response.status == 200
+        finally:
+            operator.send_signal(signal.SIGTERM)
+            output, _ = await asyncio.wait_for(operator.communicate(), 30)
+    assert operator.returncode == 0, output.decode()
+    assert "Traceback" not in output.decode()
 
 
 @pytest.mark.parametrize(

@@ -56,13 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    kopf.run(
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        standalone=True,  # one operator replica: no peering
-        liveness_endpoint=args.liveness or None,
-        registry=handlers.REGISTRY,
-    )
+    kopf.run(**handlers.run_options(args.namespace), liveness_endpoint=args.liveness or None)
     return 0
 
 

@@ -22,6 +22,7 @@ import logging
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,8 +51,11 @@ POLLING: dict[str, Any] = {
 ACTIVE = ("Pending", "Running")
 
 
-@kopf.on.startup(registry=REGISTRY)
-def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+def run_options(namespaces: Sequence[str] = ()) -> dict[str, Any]:
+    """How kopf runs these handlers, for `dagperf-operator` and the tests alike: every
+    namespace, or exactly these (then without scanning the cluster's namespaces and CRDs, which
+    a namespaced role may not read)."""
+    settings = kopf.OperatorSettings()
     prefix = "dagperf.io"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -62,6 +66,18 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # timer to return; check often, not kopf's default of once a minute.
     settings.background.instant_exit_timeout = 2.0
     settings.background.cancellation_polling = 1.0
+    settings.scanning.disabled = bool(namespaces)
+    return {
+        "registry": REGISTRY,
+        "settings": settings,
+        "clusterwide": not namespaces,
+        "namespaces": list(namespaces),
+        "standalone": True,  # one operator replica: no peering
+    }
+
+
+@kopf.on.startup(registry=REGISTRY)
+def startup(memo: kopf.Memo, **_: Any) -> None:
     memo.kube = Kube(api_client())
     memo.settings = OperatorSettings.from_env()
 
