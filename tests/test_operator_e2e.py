@@ -16,9 +16,9 @@ import json
 import pytest
 
 from dagperf.simulator import SimConfig
-from kubelet import Kubelet
 
 from cluster import ROOT, operating
+from kubelet import Kubelet
 from runs import free_port, gated_simulator, read_jsonl
 
 NS = "bench"

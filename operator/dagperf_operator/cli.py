@@ -13,28 +13,7 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="dagperf-operator",
-        description="Run dagperf Benchmarks on Kubernetes: watch Benchmark resources, launch "
-        "their scheduler and workers, and report their progress in their status.",
-    )
-    parser.add_argument(
-        "-n",
-        "--namespace",
-        action="append",
-        default=[],
-        metavar="NS",
-        help="watch only this namespace (repeatable; default: all namespaces)",
-    )
-    parser.add_argument(
-        "--liveness",
-        default="http://0.0.0.0:8080/healthz",
-        metavar="URL",
-        help="where to serve the liveness probe (default: %(default)s)",
-    )
-    parser.add_argument("--verbose", action="store_true", help="log every step")
-    parser.add_argument("--log-format", choices=("plain", "json"), default="plain")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
 
     import kopf
     from kubernetes.config import ConfigException
@@ -58,6 +37,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     kopf.run(**handlers.run_options(args.namespace), liveness_endpoint=args.liveness or None)
     return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dagperf-operator",
+        description="Run dagperf Benchmarks on Kubernetes: watch Benchmark resources, launch "
+        "their scheduler and workers, and report their progress in their status.",
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    parser.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        metavar="URL",
+        help="where to serve the liveness probe (default: %(default)s)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="log every step")
+    parser.add_argument("--log-format", choices=("plain", "json"), default="plain")
+    return parser
 
 
 def _fail(message: str) -> int:

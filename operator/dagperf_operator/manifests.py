@@ -5,9 +5,10 @@ ZeroMQ and metrics ports, a worker Deployment, and the results claim when one is
 The handlers add owner references (so deleting the Benchmark deletes them) and create them.
 
 Every pod runs as a non-root user with a read-only root filesystem (an emptyDir at /tmp for
-scratch), no privilege escalation, no capabilities and the runtime's seccomp profile, with
-resource requests set. The API key reaches workers only as an environment variable from the
-Secret the spec names, and the scheduler only when it must ask the server for a model name.
+scratch), no privilege escalation, no capabilities, the runtime's seccomp profile and no service
+account token (they never call the Kubernetes API), with resource requests set. The API key
+reaches workers only as an environment variable from the Secret the spec names, and the
+scheduler only when it must ask the server for a model name.
 """
 
 from __future__ import annotations
@@ -203,6 +204,7 @@ def scheduler_job(
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": _pod_security(settings),
+                    "automountServiceAccountToken": False,  # they never call the API
                     "containers": [container],
                     "volumes": [
                         {
@@ -276,6 +278,7 @@ def worker_deployment(
                 "metadata": {"labels": labels(name, "worker")},
                 "spec": {
                     "securityContext": _pod_security(settings),
+                    "automountServiceAccountToken": False,  # they never call the API
                     "containers": [container],
                     "volumes": [{"name": "scratch", "emptyDir": {}}],
                     "terminationGracePeriodSeconds": 10,
