@@ -1,12 +1,10 @@
-"""A real Prometheus (the Debian binary) scrapes a running benchmark; the values are read back
-through its HTTP query API. The test installs nothing: .ci/run installs the package."""
+"""A real Prometheus (the Debian binary, see prom.py) scrapes a running benchmark; the values are
+read back through its HTTP query API."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import subprocess
 
 import aiohttp
 import pytest
@@ -14,42 +12,15 @@ import pytest
 from dagperf.simulator import running_simulator
 
 from dagfile import conv, turn
-from runs import RECORDING, finish, free_port, start_profile
-
-PROMETHEUS = shutil.which("prometheus")
+from prom import scraping
+from runs import RECORDING, finish, start_profile
 
 
 @pytest.fixture
 async def prometheus(tmp_path):
     """Prometheus on loopback, scraping 127.0.0.1:<target> every second."""
-    assert PROMETHEUS, "needs the prometheus binary: apt-get install prometheus (.ci/run does)"
-    port, target = free_port(), free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: dagperf\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-    )
-    process = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with aiohttp.ClientSession() as session, asyncio.timeout(60):
-            while True:
-                try:
-                    async with session.get(f"{url}/-/ready") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.1)
+    async with scraping(tmp_path / "prometheus") as (url, target):
         yield url, target
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 async def query(session: aiohttp.ClientSession, url: str, promql: str) -> float | None:
