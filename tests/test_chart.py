@@ -91,7 +91,8 @@ def test_every_rendered_manifest_is_valid_kubernetes(combo):
 
 
 def test_the_charts_crd_is_the_projects():
-    assert (CHART / "crds" / "benchmark.yaml").read_bytes() == CRD_FILE.read_bytes()
+    copy = CHART / "crds" / "benchmark.yaml"
+    assert copy.read_bytes() == CRD_FILE.read_bytes(), f"run: cp {CRD_FILE} {copy}"
 
 
 @pytest.mark.parametrize(

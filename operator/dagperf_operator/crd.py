@@ -1,6 +1,7 @@
-"""The Benchmark CRD, generated from `spec.py`:
+"""The Benchmark CRD, generated from `spec.py` (the chart holds the same file):
 
     python -m dagperf_operator.crd > crds/benchmark.yaml
+    cp crds/benchmark.yaml charts/dagperf/crds/
 
 Pydantic's JSON schema is turned into the structural OpenAPI v3 schema Kubernetes wants:
 references inlined, optional fields as plain (not required) properties, free-form maps kept
