@@ -32,6 +32,8 @@ import jsonpatch
 import kmock
 import yaml
 
+from runs import eventually
+
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "benchmark.yaml"
 BENCHMARKS = "/apis/dagperf.io/v1alpha1"
@@ -253,19 +255,3 @@ class Api:
 
     async def gone(self, namespace: str, name: str, timeout: float = 30) -> None:
         await eventually(lambda: self.benchmark(namespace, name), lambda b: b is None, timeout)
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[Any]], check: Callable[[Any], bool], timeout: float = 30
-) -> Any:
-    """probe()'s first answer that passes `check`, polled until `timeout`; then fails with the
-    last answer, which is what a reader of the failure needs."""
-    last = None
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            while True:
-                last = await probe()
-                if check(last):
-                    return last
-                await asyncio.sleep(0.05)
-    raise AssertionError(f"not so within {timeout} s; last seen: {last}")

@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,3 +221,19 @@ def check_dependencies_finished_first(run: Run) -> None:
             served_dep, served = run.served[dep], run.served[m["x_request_id"]]
             waited = served.received_ns - served_dep.end_ns
             assert waited >= m["delay_ms"] * 1e6, (m, waited)
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[Any]], check: Callable[[Any], bool], timeout: float = 30
+) -> Any:
+    """probe()'s first answer that passes `check`, polled until `timeout`; then fails with the
+    last answer, which is what a reader of the failure needs."""
+    last = None
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            while True:
+                last = await probe()
+                if check(last):
+                    return last
+                await asyncio.sleep(0.05)
+    raise AssertionError(f"not so within {timeout} s; last seen: {last}")

@@ -18,10 +18,10 @@ import re
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 
@@ -30,7 +30,7 @@ from dagperf.simulator import SimConfig
 
 from dagfile import conv, turn, user
 from prom import PROMTOOL, SCRAPE_INTERVAL_S, api, scraping
-from runs import Run, finish, gated_simulator, start_profile
+from runs import Run, eventually, finish, gated_simulator, start_profile
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "charts/dagperf/dashboards/dagperf.json"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -42,7 +42,6 @@ VARIABLES = {"benchmark": BENCHMARK, "__rate_interval": RATE_INTERVAL}
 SELECTOR = re.compile(r"\b(dagperf_\w+)(\{[^}]*\})?")
 RANGE = re.compile(r"\[([^\]]*)\]")
 LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -199,16 +198,6 @@ def own(metric: str) -> str:
     return f'{metric}{{benchmark="{BENCHMARK}"}}'
 
 
-async def poll(
-    fetch: Callable[[], Awaitable[T]], done: Callable[[T], Any], timeout: float = 60
-) -> T:
-    """Fetch until done(answer) holds; returns that answer."""
-    async with asyncio.timeout(timeout):
-        while not done(answer := await fetch()):
-            await asyncio.sleep(0.2)
-    return answer
-
-
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
     async with session.get(url) as response:
         return await response.json()
@@ -274,15 +263,17 @@ async def run_scraped(tmp_path: Path) -> tuple[dict[Query, list[dict[str, Any]]]
             try:
                 # Rates and quantiles need a sample from before the first reply: the branch
                 # counters are exposed at zero from the start; the requests wait until then.
-                await poll(lambda: query(own("dagperf_branch_children_spawned_total")), values)
+                await eventually(
+                    lambda: query(own("dagperf_branch_children_spawned_total")), values
+                )
                 gate.open()
-                status = await poll(
+                status = await eventually(
                     lambda: get_json(session, f"{scheduler}/status"),
                     lambda status: status["state"] not in ("waiting for workers", "running"),
                 )
                 # Then a scrape after the end, so that Prometheus holds the final values.
                 completed = float(status["progress"]["requestsCompleted"])
-                await poll(
+                await eventually(
                     lambda: query(own("dagperf_requests_completed")),
                     lambda data: [float(v) for v in values(data)] == [completed],
                 )

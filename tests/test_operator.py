@@ -13,9 +13,9 @@ import json
 import pytest
 import yaml
 
-from cluster import ROOT, Api, eventually, operating
+from cluster import ROOT, Api, operating
 from dagfile import conv, encode, turn
-from runs import free_port
+from runs import eventually, free_port
 
 NS = "bench"
 DATASET = b"".join(encode(conv("root", turn(forks=["a"])), conv("a")))
