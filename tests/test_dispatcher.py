@@ -320,11 +320,14 @@ def test_a_failed_turn_skips_what_needs_it_and_releases_its_parent():
         conv("g"),
     )
     h.sent()
+    assert h.d.progress().expected == 5
     h.finish("p:0")
     assert h.finish("c:0", ok=False) == ["p:1"]  # c:1 and g are skipped; the join is released
     h.drain()
     assert h.log == ["p:0", "c:0", "p:1"]
-    assert h.d.progress().errors == 1
+    progress = h.d.progress()
+    assert progress.errors == 1
+    assert progress.completed == progress.expected == 3  # what was skipped is not still to come
     assert h.stats == stats(
         children_spawned=1, children_errored=1, parents_suspended=1, parents_resumed=1
     )

@@ -211,7 +211,7 @@ class Dispatcher:
             self._completed,
             self._errors,
             len(self._inflight),
-            self._expected,
+            self._expected(),
             self._roots_started,
         )
 
@@ -240,7 +240,8 @@ class Dispatcher:
             self._roots_limit = load.num_conversations
             if self._roots_limit is None and self._cap is None and not load.benchmark_duration:
                 self._roots_limit = self._graph.root_count  # each root once
-        self._expected = self._expected_requests()
+        self._planned = self._planned_requests()
+        self._skipped = 0  # requests never sent: what they depended on failed
 
     def _arm_phase(self) -> None:
         now = self._clock()
@@ -249,14 +250,22 @@ class Dispatcher:
         if self._load.request_rate:
             self._at(now, _ARRIVAL)
 
-    def _expected_requests(self) -> int | None:
+    def _planned_requests(self) -> int | None:
+        """The requests of the roots this phase will start, when it starts a known number."""
         if self._roots_limit is None:
-            return self._cap
+            return None
         sizes = [len(t.nodes) for t in self._graph.trees]
         full, rest = divmod(self._roots_limit, len(sizes))
         start = self._next_tree
-        total = full * sum(sizes) + sum(sizes[(start + k) % len(sizes)] for k in range(rest))
-        return total if self._cap is None else min(total, self._cap)
+        return full * sum(sizes) + sum(sizes[(start + k) % len(sizes)] for k in range(rest))
+
+    def _expected(self) -> int | None:
+        """Requests this phase will send: a skipped request lowers a count of roots' requests
+        (so progress still ends at 100%), not a cap on the wire (other requests fill it)."""
+        if self._planned is None:
+            return self._cap
+        left = self._planned - self._skipped
+        return left if self._cap is None else min(left, self._cap)
 
     def _advance(self) -> None:
         """Start what may start, send what may go, and notice when the phase is over."""
@@ -385,6 +394,7 @@ class Dispatcher:
             i, state = stack.pop()
             run.nodes[i] = state
             run.open -= 1
+            self._skipped += state == NodeState.SKIPPED
             run.suspended.discard(i)
             node = tree.nodes[i]
             self._settle_session(run, node.session, i, state, cancelled)
