@@ -8,6 +8,7 @@ import pytest
 
 from dagperf.config import LoadConfig
 from dagperf.engine import Dispatcher, Flight, Phase
+from dagperf.engine.runs import NodeState
 from dagperf.graph import compile_dag_jsonl
 
 from dagfile import conv, load, stats, turn
@@ -33,6 +34,8 @@ class Harness:
             self.d.add_worker(worker)
         self.d.begin()
         self.flying: dict[str, Flight] = {}
+        self.disarmed: set[str] = set()  # armed credits a stop took back: never started
+        self._cancelled: list[str] = []
         self.log: list[str] = []  # every send, in order, as "conversation:turn"
         self.flights: list[Flight] = []
 
@@ -43,21 +46,39 @@ class Harness:
 
     def sent(self) -> list[str]:
         """Drain the dispatcher's sends; return their names."""
-        names = []
-        for flight in self.d.drain_sends():
-            name = self.name(flight)
-            self.flying[name] = flight
-            self.log.append(name)
-            self.flights.append(flight)
-            names.append(name)
-        return names
+        return [self._fly(flight) for flight in self.d.drain_sends()]
 
-    def finish(self, name: str, ok: bool = True, cancelled: bool = False) -> list[str]:
-        """Complete one in-flight request by name; return what that released."""
+    def _fly(self, flight: Flight) -> str:
+        name = self.name(flight)
+        self.flying[name] = flight
+        self.log.append(name)
+        self.flights.append(flight)
+        return name
+
+    def finish(
+        self, name: str, ok: bool = True, cancelled: bool = False, start_armed: bool = True
+    ) -> list[str]:
+        """Complete one in-flight request by name; return what that released. As a worker
+        does, a success starts the credits armed with it (unless `start_armed` is off)."""
         self.sent()
+        self._take_cancels()  # as the scheduler sends them at once: a disarm comes first
         flight = self.flying.pop(name)
-        assert self.d.complete(flight.credit, ok, cancelled) is flight
-        return self.sent()
+        armed = [a for a in flight.armed if self.name(a) not in self.disarmed]
+        armed = armed if ok and start_armed else []
+        started = [a.credit for a in armed]
+        assert self.d.complete(flight.credit, ok, cancelled, started) is flight
+        return [self._fly(a) for a in armed] + self.sent()
+
+    def cancels(self) -> list[str]:
+        """The in-flight requests the dispatcher cancelled since the last call, by name."""
+        self._take_cancels()
+        out, self._cancelled = self._cancelled, []
+        return out
+
+    def _take_cancels(self) -> None:
+        for flight in self.d.drain_cancels():
+            armed = flight.run.nodes[flight.node] == NodeState.ARMED
+            (self.disarmed.add if armed else self._cancelled.append)(self.name(flight))
 
     def drain(self) -> None:
         """Complete everything, oldest first, until nothing is in flight."""
@@ -275,10 +296,10 @@ def test_duration_stops_sending_then_cancels_after_the_grace_period():
     assert list(h.flying) == ["r:1"]
     assert h.advance(10) == []
     assert h.d.closed_reason == "benchmark duration reached"
-    assert h.d.drain_cancels() == []
+    assert h.cancels() == []
     h.advance(5)
-    (cancel,) = h.d.drain_cancels()
-    h.finish(h.name(cancel), ok=False, cancelled=True)
+    (cancel,) = h.cancels()
+    h.finish(cancel, ok=False, cancelled=True)
     assert h.d.finished
 
 
@@ -339,8 +360,7 @@ def test_fail_fast_cancels_everything_on_the_first_child_error():
     h.finish("p:0")
     h.finish("a:0", ok=False)
     assert h.d.failure.startswith("--fail-fast: child 'a' turn 0 failed")
-    (cancel,) = h.d.drain_cancels()
-    assert h.name(cancel) == "b:0"
+    assert h.cancels() == ["b:0"]
     h.finish("b:0", ok=False, cancelled=True)
     assert h.d.finished
     assert h.stats == stats(
@@ -386,7 +406,8 @@ def test_interrupt_cancels_what_is_in_flight():
     h.sent()
     h.finish("root:0")
     h.d.interrupt("interrupted")
-    assert sorted(h.name(f) for f in h.d.drain_cancels()) == ["a:0", "b:0"]
+    assert sorted(h.cancels()) == ["a:0", "b:0"]
+    assert h.disarmed == {"a:1", "b:1"}  # armed with them: their worker must not start them
     h.finish("a:0", ok=False, cancelled=True)
     h.finish("b:0", ok=False, cancelled=True)
     assert h.d.finished
@@ -399,13 +420,65 @@ def test_a_stop_lets_what_is_in_flight_finish_within_the_grace_period():
     h.finish("root:0")
     h.d.stop("stopped on request")
     assert h.d.closed_reason == "stopped on request"
-    assert h.finish("a:0") == []  # answered in time, and nothing new is sent
-    assert h.d.drain_cancels() == [] and not h.d.finished
+    assert h.finish("a:0") == []  # answered in time, and nothing new is sent, armed or not
+    assert h.disarmed == {"a:1", "b:1"}
+    assert h.cancels() == [] and not h.d.finished
     h.advance(5)
-    (late,) = h.d.drain_cancels()
-    assert h.name(late) == "b:0"
+    assert h.cancels() == ["b:0"]
     h.finish("b:0", ok=False, cancelled=True)
     assert h.d.finished
+
+
+def armed_names(h: Harness, flight: Flight) -> list[str]:
+    return [f"{h.name(a)}>{'+'.join(armed_names(h, a))}" if a.armed else h.name(a)
+            for a in flight.armed]  # fmt: skip
+
+
+def test_what_needs_only_its_parent_and_continues_it_goes_out_armed_with_it():
+    forks = [{"child": child, "background": True} for child in ("a", "bg")]
+    h = Harness(
+        conv("root", turn(forks=forks, spawns=["s"]), turn()),
+        conv("a", turn(), turn(), turn(delay=5)),
+        conv("bg"),
+        conv("s"),
+    )
+    assert h.sent() == ["root:0"]
+    # FORK children and their next turns, down the chain; not the SPAWN child (a fresh
+    # history), the parent's joining turn (it waits on a child too) or a delayed turn
+    assert armed_names(h, h.flying["root:0"]) == ["a:0>a:1", "bg:0"]
+    assert sorted(h.finish("root:0")) == ["a:0", "bg:0", "s:0"]  # s:0 from here, as ever
+    assert h.finish("a:0") == ["a:1"]  # started by its worker
+    assert h.finish("a:1") == []  # a:2 waits its delay here
+    assert h.advance(5) == ["a:2"]
+    h.drain()
+    assert h.d.finished and h.d.progress().completed == 7
+    assert h.stats["children_spawned"] == 3 and h.stats["children_completed"] == 3
+
+
+def test_an_armed_node_its_worker_did_not_start_goes_out_from_here():
+    h = Harness(conv("root", turn(forks=["a"])), conv("a", turn(), turn()))
+    h.sent()
+    assert h.finish("root:0", start_armed=False) == ["a:0"]  # sent the usual way
+    assert armed_names(h, h.flying["a:0"]) == ["a:1"]  # and armed with what follows it
+    h.drain()
+    assert h.log == ["root:0", "a:0", "a:1"] and h.d.finished
+
+
+def test_a_failed_parent_skips_the_chain_armed_with_it():
+    h = Harness(conv("root", turn(forks=["a"])), conv("a", turn(), turn(), turn()))
+    h.sent()
+    assert h.finish("root:0", ok=False) == []
+    assert h.d.finished
+    assert h.d.progress().expected == h.d.progress().completed == 1
+    assert h.stats == stats()
+
+
+def test_nothing_is_armed_under_a_request_cap_or_an_in_flight_cap():
+    for limit in ({"request_count": 10}, {"max_inflight": 4}):
+        h = Harness(conv("root", turn(forks=["a"])), conv("a", turn(), turn()), **limit)
+        h.sent()
+        assert h.flying["root:0"].armed == []
+        assert "a:0" in h.finish("root:0")  # sent from here
 
 
 def test_unknown_credits_are_ignored():

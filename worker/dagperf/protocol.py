@@ -58,6 +58,7 @@ class Credit(msgspec.Struct, array_like=True, frozen=True):
     request_id: str
     correlation_id: str
     routing_key: str
+    then: tuple[Credit, ...] = ()  # start these the moment this one succeeds (armed credits)
 
 
 class Credits(msgspec.Struct, tag="credits", frozen=True):
@@ -81,6 +82,7 @@ class Result(msgspec.Struct, array_like=True, frozen=True):
     error: ErrorInfo | None = None
     cancelled_ns: int | None = None
     token_source: str | None = None  # "usage", "tokenizer" or "estimate"
+    started: tuple[int, ...] = ()  # the armed credits this one's success started
 
 
 class Results(msgspec.Struct, tag="results", frozen=True):

@@ -272,8 +272,12 @@ class Scheduler:
             return
         peer.last_seen = time.monotonic()
         if isinstance(message, protocol.Results):
-            for result in message.items:
-                self._result(result)
+            # What these results release goes out first; the bookkeeping can wait.
+            done = [(self._complete(result), result) for result in message.items]
+            self._flush()
+            for flight, result in done:
+                if flight is not None:
+                    self._record(flight, result)
 
     def _hello(self, worker: str, hello: protocol.Hello) -> None:
         peer = self._peers.get(worker)
@@ -293,11 +297,10 @@ class Scheduler:
         if len(self._peers) >= self.expected_workers:
             self._enough.set()
 
-    def _result(self, result: protocol.Result) -> None:
+    def _complete(self, result: protocol.Result) -> Flight | None:
         ok = result.error is None
-        flight = self.dispatcher.complete(result.credit, ok, result.cancelled_ns is not None)
-        if flight is not None:
-            self._record(flight, result)
+        cancelled = result.cancelled_ns is not None
+        return self.dispatcher.complete(result.credit, ok, cancelled, result.started)
 
     def _record(self, flight: Flight, result: protocol.Result) -> None:
         issued = self._issued.pop(flight.credit, 0)
@@ -373,6 +376,8 @@ class Scheduler:
         now = time.time_ns()
         for flight in d.drain_sends():
             self._issued[flight.credit] = now
+            for armed in flight.armed:
+                self._issued[armed.credit] = now
             batches.setdefault(flight.worker, []).append(self._credit(flight))
         for worker, credits in batches.items():
             self._send(worker, protocol.Credits(credits))
@@ -396,6 +401,7 @@ class Scheduler:
             self._done.set()
 
     def _credit(self, flight: Flight) -> protocol.Credit:
+        then = tuple(self._credit(armed) for armed in flight.armed)
         run = flight.run
         node = run.tree.nodes[flight.node]
         session = run.tree.sessions[node.session]
@@ -413,6 +419,7 @@ class Scheduler:
             flight.request_id,
             run.correlation[node.session],
             run.correlation[session.route],
+            then,
         )
 
     def _arm_timer(self) -> None:

@@ -10,6 +10,11 @@ messages and the captured reply) is kept for that many later requests of the sam
 which the scheduler routes to this worker because they share its routing key. A history is
 dropped after its last use, or when the scheduler says the run is over.
 
+A credit may carry armed credits (`then`): requests that continue its history and need nothing
+else. They start here the moment it succeeds, before its result is even sent, so a FORK child or
+a next turn follows its parent without a round trip; the result names the ones started. A Cancel
+that names an armed credit not yet started disarms it.
+
 If the scheduler stays silent for `scheduler_timeout` seconds, the worker drops everything and
 says Hello again, so a worker pod outlives a scheduler restart.
 """
@@ -52,6 +57,7 @@ class Worker:
         self.incarnation = secrets.token_hex(8)
         self._histories: dict[int, dict[int, list]] = {}  # run -> node -> [messages, uses left]
         self._tasks: dict[int, asyncio.Task] = {}
+        self._armed: set[int] = set()  # armed credits not yet started, nor disarmed
         self._outbox: list[protocol.Result] = []
         self._settings: protocol.WorkerSettings | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -109,6 +115,7 @@ class Worker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self._armed.clear()
         self._histories.clear()
         self._outbox.clear()
         if self._session is not None:
@@ -129,7 +136,7 @@ class Worker:
                 )
                 return
             for credit in message.items:
-                self._tasks[credit.id] = asyncio.ensure_future(self._serve(credit))
+                self._start(credit)
         elif isinstance(message, protocol.Welcome):
             self._welcome(message)
         elif isinstance(message, protocol.Cancel):
@@ -137,6 +144,7 @@ class Worker:
                 task = self._tasks.get(credit)
                 if task is not None:
                     task.cancel()
+                self._armed.discard(credit)
         elif isinstance(message, protocol.Forget):
             for run in message.runs:
                 self._histories.pop(run, None)
@@ -175,6 +183,20 @@ class Worker:
 
     # --- requests ---------------------------------------------------------------------------
 
+    def _start(self, credit: protocol.Credit) -> None:
+        self._armed.update(armed.id for armed in credit.then)
+        self._tasks[credit.id] = asyncio.ensure_future(self._serve(credit))
+
+    def _start_armed(self, credit: protocol.Credit) -> tuple[int, ...]:
+        """After `credit` succeeded: start its armed credits that were not disarmed."""
+        started = []
+        for armed in credit.then:
+            if armed.id in self._armed:
+                self._armed.discard(armed.id)
+                self._start(armed)
+                started.append(armed.id)
+        return tuple(started)
+
     async def _serve(self, credit: protocol.Credit) -> None:
         settings = self._settings
         assert settings is not None and self._session is not None
@@ -208,8 +230,9 @@ class Worker:
         if credit.keep:
             context = [*messages, ex.reply.message()]
             self._histories.setdefault(credit.run, {})[credit.node] = [context, credit.keep]
+        started = self._start_armed(credit)
         metrics, source = request_metrics(ex, prompt_text(messages), self._counter)
-        self._finish(credit, ex, metrics, None, token_source=source)
+        self._finish(credit, ex, metrics, None, token_source=source, started=started)
 
     def _context(self, credit: protocol.Credit) -> list[dict[str, Any]] | None:
         """History followed by this turn's messages; None when the history is not here."""
@@ -232,12 +255,14 @@ class Worker:
         error: protocol.ErrorInfo | None,
         cancelled_ns: int | None = None,
         token_source: str | None = None,
+        started: tuple[int, ...] = (),
     ) -> None:
         self._tasks.pop(credit.id, None)
+        self._armed.difference_update(armed.id for armed in credit.then)  # failed: never
         start = ex.start_ns or time.time_ns()
         end = ex.end_ns or time.time_ns()
         result = protocol.Result(
-            credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source
+            credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source, started
         )
         if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush)

@@ -6,9 +6,18 @@ that are over. The clock is injected, so every rule here is tested without socke
 
 It knows nodes and edges, not FORK or SPAWN: a node is ready when its dependencies have ended
 (`deps` successfully, `join_deps` in any way), waits its delay, then goes out when the run is open
-and `max_inflight` allows. A failed node skips every node that needs it. Sessions only matter
-for three things: the correlation id each request carries, routing (a session uses the worker
-pinned to its route session, picked by rendezvous hash the first time), and BranchStats.
+and `max_inflight` allows. A failed node skips every node that needs it.
+
+A node that needs nothing but one other node, continues that node's history on the same worker
+and has no delay (a FORK child, a conversation's next turn) is armed: it goes out along with that
+node, and the worker starts it the moment that node succeeds, with no round trip through here.
+The result says which armed nodes the worker started; a stop disarms the rest. Arming is off
+under a request cap (`request_count`, a warmup's count) and `max_inflight`, whose accounting
+needs every request sent from here.
+
+Sessions only matter for three things: the correlation id each request carries, routing (a
+session uses the worker pinned to its route session, picked by rendezvous hash the first time),
+and BranchStats.
 
 Load: `concurrency` root slots (a slot frees when the root's last turn ends; children run in it),
 or Poisson root arrivals at `request_rate` (optionally capped by `concurrency`). Stops: a literal
@@ -23,8 +32,8 @@ import heapq
 import random
 import uuid
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 from dagperf.config import LoadConfig
@@ -54,8 +63,9 @@ class Flight:
     node: int
     worker: str
     phase: Phase
-    request_num: int  # sequential within the phase (AIPerf's session_num)
+    request_num: int  # sequential within the phase (AIPerf's session_num); -1 until sent
     request_id: str
+    armed: list[Flight] = field(default_factory=list)  # started by its worker when this succeeds
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +127,7 @@ class Dispatcher:
         lost = [f for f in self._inflight.values() if f.worker == worker]
         for flight in lost:
             self._account(flight, ok=False)
+            self._settle_armed(flight, ())
             self._end(flight.run, flight.node, NodeState.FAILED)
         for run in list(self._runs.values()):
             routes = {route for route, held_by in run.pins.items() if held_by == worker}
@@ -133,12 +144,16 @@ class Dispatcher:
         self._advance()
         return lost
 
-    def complete(self, credit: int, ok: bool, cancelled: bool = False) -> Flight | None:
-        """A result came back; returns its flight, or None for an unknown or stale credit."""
+    def complete(
+        self, credit: int, ok: bool, cancelled: bool = False, started: Collection[int] = ()
+    ) -> Flight | None:
+        """A result came back, naming the armed credits its worker started; returns its flight,
+        or None for an unknown or stale credit."""
         flight = self._inflight.get(credit)
         if flight is None:
             return None
         self._account(flight, ok)
+        self._settle_armed(flight, started if ok else ())
         self._end(flight.run, flight.node, NodeState.OK if ok else NodeState.FAILED, cancelled)
         self._advance()
         return flight
@@ -160,14 +175,14 @@ class Dispatcher:
                 self._close("benchmark duration reached")
                 self._at(now + self._load.benchmark_grace_period, _GRACE)
             elif kind == _GRACE:
-                self._cancels.extend(self._inflight.values())
+                self._cancel_everything()
         self._advance()
 
     def interrupt(self, reason: str) -> None:
         """Stop sending and cancel everything in flight (Ctrl-C)."""
         if not self.finished:
             self._close(reason)
-            self._cancels.extend(self._inflight.values())
+            self._cancel_everything()
             self._advance()
 
     def stop(self, reason: str) -> None:
@@ -185,7 +200,12 @@ class Dispatcher:
         return out
 
     def drain_cancels(self) -> list[Flight]:
-        out = [f for f in self._cancels if f.credit in self._inflight]
+        """Flights to cancel, and armed ones to disarm (their workers must not start them)."""
+        out = [
+            f
+            for f in self._cancels
+            if f.credit in self._inflight or f.run.nodes[f.node] == NodeState.ARMED
+        ]
         self._cancels = []
         return out
 
@@ -225,6 +245,7 @@ class Dispatcher:
         self._phase = phase
         self.branch_stats = BranchStats()
         self._closed: str | None = None
+        self._cancelling = False
         self._sent = self._completed = self._errors = 0
         self._roots_started = self._active_roots = self._arrivals = 0
         self._runs: dict[int, TreeRun] = {}
@@ -307,11 +328,18 @@ class Dispatcher:
     def _close(self, reason: str) -> None:
         if not self._closed:
             self._closed = reason
+            for flight in self._inflight.values():  # nothing new goes out, armed or not
+                self._cancels.extend(_armed_under(flight))
 
     def _fail(self, reason: str) -> None:
         if self.failure is None:
             self.failure = reason
         self._close(reason)
+        self._cancel_everything()
+
+    def _cancel_everything(self) -> None:
+        """Cancel what is in flight, and from now on what a worker starts before it hears."""
+        self._cancelling = True
         self._cancels.extend(self._inflight.values())
 
     # --- roots and sending ------------------------------------------------------------------
@@ -355,29 +383,83 @@ class Dispatcher:
                 self._send(run, node)
 
     def _send(self, run: TreeRun, i: int) -> None:
+        flight = self._flight(run, i)
+        self._sends.append(flight)
+        self._launched(flight)
+        if self._cap is None and self._load.max_inflight is None and not self._closed:
+            flight.armed = self._arm(run, i)
+
+    def _flight(self, run: TreeRun, i: int) -> Flight:
+        """A credit for node i, on the worker its route is pinned to (pinned now if need be)."""
         tree = run.tree
         s = tree.nodes[i].session
-        session = tree.sessions[s]
+        if run.correlation[s] is None:
+            run.correlation[s] = self._new_id()
+        route = tree.sessions[s].route
+        worker = run.pins.get(route)
+        if worker is None:
+            worker = run.pins[route] = self.router.pick(run.correlation[route])
+        self._credits += 1
+        request_id = run.request_ids[i] = self._new_id()
+        return Flight(self._credits, run, i, worker, self._phase, -1, request_id)
+
+    def _launched(self, flight: Flight) -> None:
+        """The request is on the wire (sent from here, or started by its worker)."""
+        run, i = flight.run, flight.node
+        s = run.tree.nodes[i].session
         if run.sessions[s] == SessionState.IDLE:
             run.sessions[s] = SessionState.RUNNING
-            run.correlation[s] = self._new_id()
-            self.branch_stats.children_spawned += session.kind is not SessionKind.ROOT
+            self.branch_stats.children_spawned += run.tree.sessions[s].kind is not SessionKind.ROOT
         if i in run.suspended:
             run.suspended.discard(i)
             self.branch_stats.parents_resumed += 1
-        worker = run.pins.get(session.route)
-        if worker is None:
-            worker = run.pins[session.route] = self.router.pick(run.correlation[session.route])
-        run.workers.add(worker)
+        run.workers.add(flight.worker)
         run.nodes[i] = NodeState.SENT
-        self._credits += 1
-        request_id = run.request_ids[i] = self._new_id()
-        flight = Flight(self._credits, run, i, worker, self._phase, self._sent, request_id)
+        flight.request_num = self._sent
         self._inflight[flight.credit] = flight
-        self._sends.append(flight)
         self._sent += 1
         if self._cap is not None and self._sent >= self._cap:
             self._close("request count reached")
+
+    def _arm(self, run: TreeRun, i: int) -> list[Flight]:
+        """Credits for the nodes node i alone releases and whose history it holds on its
+        worker, each with its own armed nodes: a conversation's turns all go out at once."""
+        tree = run.tree
+        route = tree.sessions[tree.nodes[i].session].route
+        armed = []
+        for j in tree.nodes[i].dependents:
+            node = tree.nodes[j]
+            if (
+                node.deps == (i,)
+                and not node.join_deps
+                and node.history == i
+                and node.delay_s == 0
+                and tree.sessions[node.session].route == route
+            ):
+                run.nodes[j] = NodeState.ARMED
+                flight = self._flight(run, j)
+                flight.armed = self._arm(run, j)
+                armed.append(flight)
+        return armed
+
+    def _settle_armed(self, flight: Flight, started: Collection[int]) -> None:
+        """The armed nodes its worker started are in flight (with their own armed nodes still
+        armed); the others wait as if never armed: the dependency's ending releases or skips
+        them."""
+        for armed in flight.armed:
+            if armed.credit in started:
+                self._launched(armed)
+                if self._cancelling:
+                    self._cancels.append(armed)
+            else:
+                self._disarm(armed)
+        flight.armed = []
+
+    def _disarm(self, flight: Flight) -> None:
+        flight.run.nodes[flight.node] = NodeState.PENDING
+        for armed in flight.armed:
+            self._disarm(armed)
+        flight.armed = []
 
     # --- endings ----------------------------------------------------------------------------
 
@@ -452,3 +534,7 @@ class Dispatcher:
     def _at(self, due: float, kind: int, run: TreeRun | None = None, node: int = -1) -> None:
         self._timer_seq += 1
         heapq.heappush(self._timers, (due, self._timer_seq, kind, run, node))
+
+
+def _armed_under(flight: Flight) -> list[Flight]:
+    return [f for armed in flight.armed for f in (armed, *_armed_under(armed))]

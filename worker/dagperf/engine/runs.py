@@ -14,10 +14,11 @@ from dagperf.graph import Tree
 class NodeState(IntEnum):
     PENDING = 0  # waiting for dependencies
     READY = 1  # dependencies met; waiting for its delay or for room to send
-    SENT = 2
-    OK = 3
-    FAILED = 4
-    SKIPPED = 5  # never sent: a dependency failed, its worker was lost, or the run stopped
+    ARMED = 2  # sent along with its one dependency: its worker starts it when that succeeds
+    SENT = 3
+    OK = 4
+    FAILED = 5
+    SKIPPED = 6  # never sent: a dependency failed, its worker was lost, or the run stopped
 
     @property
     def ended(self) -> bool:
