@@ -8,7 +8,6 @@ import pytest
 
 from dagperf.config import LoadConfig
 from dagperf.engine import Dispatcher, Flight, Phase
-from dagperf.engine.runs import NodeState
 from dagperf.graph import compile_dag_jsonl
 
 from dagfile import conv, load, stats, turn
@@ -76,9 +75,8 @@ class Harness:
         return out
 
     def _take_cancels(self) -> None:
-        for flight in self.d.drain_cancels():
-            armed = flight.run.nodes[flight.node] == NodeState.ARMED
-            (self.disarmed.add if armed else self._cancelled.append)(self.name(flight))
+        self._cancelled += [self.name(f) for f in self.d.drain_cancels()]
+        self.disarmed.update(self.name(f) for f in self.d.drain_disarms())
 
     def drain(self) -> None:
         """Complete everything, oldest first, until nothing is in flight."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from dagperf import loops
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.console import Console
 from dagperf.graph import RequestGraph
@@ -234,7 +235,7 @@ def _interruptible(scheduler: Scheduler):
 
 def run_sync(main: Callable[[], Awaitable[int]]) -> int:
     try:
-        return asyncio.run(main())
+        return loops.run(main())
     except (ProfileError, SchedulerError) as e:
         print(f"dagperf: {e}", file=sys.stderr)
         return 1

@@ -93,6 +93,12 @@ class Cancel(msgspec.Struct, tag="cancel", frozen=True):
     credits: list[int]
 
 
+class Disarm(msgspec.Struct, tag="disarm", frozen=True):
+    """Armed credits not to start after all: the run stopped before their dependency ended."""
+
+    credits: list[int]
+
+
 class Forget(msgspec.Struct, tag="forget", frozen=True):
     """Tree runs that are over: drop any history kept for them."""
 
@@ -103,7 +109,7 @@ class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
     reason: str
 
 
-Message = Hello | Welcome | Heartbeat | Credits | Results | Cancel | Forget | Shutdown
+Message = Hello | Welcome | Heartbeat | Credits | Results | Cancel | Disarm | Forget | Shutdown
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

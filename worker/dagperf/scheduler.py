@@ -156,7 +156,8 @@ class Scheduler:
         self._done = asyncio.Event()
         self._enough = asyncio.Event()
         self._stopped = asyncio.Event()  # a stop request: also ends the metrics linger
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_due: float | None = None
         self._cancel_deadline: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -386,6 +387,11 @@ class Scheduler:
             cancels.setdefault(flight.worker, []).append(flight.credit)
         for worker, credits in cancels.items():
             self._send(worker, protocol.Cancel(credits))
+        disarms: dict[str, list[int]] = {}
+        for flight in d.drain_disarms():
+            disarms.setdefault(flight.worker, []).append(flight.credit)
+        for worker, credits in disarms.items():
+            self._send(worker, protocol.Disarm(credits))
         if cancels and self._cancel_deadline is None:
             loop = asyncio.get_running_loop()
             self._cancel_deadline = loop.call_later(self.cancel_timeout_s, self._abandon)
@@ -425,11 +431,13 @@ class Scheduler:
     def _arm_timer(self) -> None:
         deadline = self.dispatcher.next_deadline()
         if self._timer is not None:
-            if deadline is not None and self._timer.when() == deadline:
+            if deadline == self._timer_due:
                 return
             self._timer.cancel()
             self._timer = None
         if deadline is not None:
+            # (uvloop's handle for a time already past cannot say when it was due)
+            self._timer_due = deadline
             self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timer)
 
     def _on_timer(self) -> None:

@@ -12,8 +12,8 @@ dropped after its last use, or when the scheduler says the run is over.
 
 A credit may carry armed credits (`then`): requests that continue its history and need nothing
 else. They start here the moment it succeeds, before its result is even sent, so a FORK child or
-a next turn follows its parent without a round trip; the result names the ones started. A Cancel
-that names an armed credit not yet started disarms it.
+a next turn follows its parent without a round trip; the result names the ones started. A
+Disarm takes back armed credits not yet started (the run stopped); one already started runs on.
 
 If the scheduler stays silent for `scheduler_timeout` seconds, the worker drops everything and
 says Hello again, so a worker pod outlives a scheduler restart.
@@ -36,7 +36,7 @@ import aiohttp
 import msgspec
 import zmq
 
-from dagperf import protocol
+from dagperf import loops, protocol
 from dagperf.channel import Channel, receive
 from dagperf.client import Exchange, exchange, timing_trace
 from dagperf.endpoints import prompt_text, request_body
@@ -144,7 +144,8 @@ class Worker:
                 task = self._tasks.get(credit)
                 if task is not None:
                     task.cancel()
-                self._armed.discard(credit)
+        elif isinstance(message, protocol.Disarm):
+            self._armed.difference_update(message.credits)
         elif isinstance(message, protocol.Forget):
             for run in message.runs:
                 self._histories.pop(run, None)
@@ -286,7 +287,7 @@ def serve_workers(
     """The `dagperf worker` command: one worker here, or `processes` child processes named
     `<worker_id>-<index>`. Runs until the scheduler shuts them down or a signal stops them."""
     if processes == 1:
-        return asyncio.run(_serve_one(scheduler, worker_id, scheduler_timeout))
+        return loops.run(_serve_one(scheduler, worker_id, scheduler_timeout))
     stopped_by: set[int] = set()
     children: list[subprocess.Popen] = []
 

@@ -104,6 +104,7 @@ class Dispatcher:
         self.finished = False
         self._sends: list[Flight] = []
         self._cancels: list[Flight] = []
+        self._disarms: list[Flight] = []
         self._retired: list[TreeRun] = []
         self._start_phase(Phase.WARMUP if load.warmup_request_count else Phase.PROFILING)
         self._begun = False
@@ -200,13 +201,14 @@ class Dispatcher:
         return out
 
     def drain_cancels(self) -> list[Flight]:
-        """Flights to cancel, and armed ones to disarm (their workers must not start them)."""
-        out = [
-            f
-            for f in self._cancels
-            if f.credit in self._inflight or f.run.nodes[f.node] == NodeState.ARMED
-        ]
+        out = [f for f in self._cancels if f.credit in self._inflight]
         self._cancels = []
+        return out
+
+    def drain_disarms(self) -> list[Flight]:
+        """Armed flights their workers must not start: the run stopped."""
+        out = [f for f in self._disarms if f.run.nodes[f.node] == NodeState.ARMED]
+        self._disarms = []
         return out
 
     def drain_retired(self) -> list[TreeRun]:
@@ -329,7 +331,7 @@ class Dispatcher:
         if not self._closed:
             self._closed = reason
             for flight in self._inflight.values():  # nothing new goes out, armed or not
-                self._cancels.extend(_armed_under(flight))
+                self._disarms.extend(_armed_under(flight))
 
     def _fail(self, reason: str) -> None:
         if self.failure is None:

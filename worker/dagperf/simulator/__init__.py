@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from dagperf import loops
 from dagperf.simulator.config import SimConfig
 from dagperf.simulator.prefix_cache import PrefixCache
 from dagperf.simulator.server import SimRecord, Simulator
@@ -62,7 +63,7 @@ def serve_simulator(config: SimConfig, host: str, port: int) -> None:
             await stop.wait()
 
     try:
-        asyncio.run(main())
+        loops.run(main())
     except OSError as e:  # address in use, unknown host, no permission for the port
         message = f"dagperf simulate: cannot listen on {host}:{port}: {e.strerror or e}"
         raise SystemExit(message) from None
