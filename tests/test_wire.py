@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 
 import msgspec
 import pytest
+import zmq
+import zmq.asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dagperf import protocol
+from dagperf.channel import Channel
 from dagperf.endpoints import captured_reply, prompt_text
 from dagperf.replies import MalformedResponse, Reply, ServerError
 from dagperf.routing import RendezvousRouter
@@ -150,11 +154,16 @@ def test_captured_reply_rules():
 
 
 def test_protocol_round_trip_and_refusals():
+    armed = protocol.Credit(2, 2, 4, 3, 0, [], {"model": "m"}, "r2", "c", "k")
     credit = protocol.Credit(
-        1, 2, 3, -1, 0, [{"role": "user", "content": "x"}], {"model": "m"}, "r", "c", "k"
+        1, 2, 3, -1, 1, [{"role": "user", "content": "x"}], {"model": "m"}, "r", "c", "k", (armed,)
     )
-    message = protocol.Credits([credit])
-    assert protocol.decode(protocol.encode(message)) == message
+    for message in (
+        protocol.Credits([credit]),
+        protocol.Results([protocol.Result(1, 10, 11, 12, {"x": 1.0}, started=(2,))]),
+        protocol.Disarm([2]),
+    ):
+        assert protocol.decode(protocol.encode(message)) == message
     with pytest.raises(protocol.BadMessage, match="unsupported protocol"):
         protocol.decode([b"dagperf/99", msgspec.msgpack.encode({"type": "credits"})])
     with pytest.raises(protocol.BadMessage):
@@ -163,6 +172,29 @@ def test_protocol_round_trip_and_refusals():
         protocol.decode([protocol.VERSION, msgspec.msgpack.encode({"type": "launch-missiles"})])
     with pytest.raises(protocol.BadMessage, match="expected 2 frames"):
         protocol.decode([protocol.VERSION])
+
+
+async def test_a_channel_goes_on_after_a_message_it_failed_to_handle():
+    context = zmq.asyncio.Context.instance()
+    address = f"inproc://channel-{id(context)}"
+    router, dealer = context.socket(zmq.ROUTER), context.socket(zmq.DEALER)
+    router.bind(address)
+    dealer.connect(address)
+    handled, done = [], asyncio.Event()
+
+    def on_message(frames: list[bytes]) -> None:
+        if frames[1] == b"bad":
+            raise ValueError("a bug")
+        handled.append(frames[1])
+        done.set()
+
+    channel = Channel(zmq.Socket.shadow(router.underlying), on_message)
+    await dealer.send(b"bad")
+    await dealer.send(b"good")
+    await asyncio.wait_for(done.wait(), 10)
+    assert handled == [b"good"]
+    channel.close()
+    dealer.close(linger=0)
 
 
 def test_rendezvous_routing_is_stable_and_moves_only_what_it_must():

@@ -59,7 +59,10 @@ class Channel:
             except zmq.Again:
                 break
             received = True
-            self._on_message(frames)
+            try:
+                self._on_message(frames)
+            except Exception:  # a bug in handling one message must not stall the channel
+                log.exception("failed to handle a message; going on with the next")
             if self._closed:
                 return
         if received:
