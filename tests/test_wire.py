@@ -174,7 +174,7 @@ def test_protocol_round_trip_and_refusals():
         protocol.decode([protocol.VERSION])
 
 
-async def test_a_channel_goes_on_after_a_message_it_failed_to_handle():
+async def test_a_channel_goes_on_after_a_message_it_failed_to_handle(caplog):
     context = zmq.asyncio.Context.instance()
     address = f"inproc://channel-{id(context)}"
     router, dealer = context.socket(zmq.ROUTER), context.socket(zmq.DEALER)
@@ -193,6 +193,8 @@ async def test_a_channel_goes_on_after_a_message_it_failed_to_handle():
     await dealer.send(b"good")
     await asyncio.wait_for(done.wait(), 10)
     assert handled == [b"good"]
+    (logged,) = [r for r in caplog.records if r.name == "dagperf.channel"]
+    assert logged.exc_info[0] is ValueError  # said where, not left to the event loop
     channel.close()
     dealer.close(linger=0)
 
