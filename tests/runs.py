@@ -216,6 +216,8 @@ def check_dependencies_finished_first(run: Run) -> None:
     by_id = {r["metadata"]["x_request_id"]: r["metadata"] for r in run.records}
     for r in run.records:
         m = r["metadata"]
+        # issued before it started (with its parent, if it was armed), never unknown
+        assert 0 < m["credit_issued_ns"] <= m["request_start_ns"], m
         for dep in m["depends_on"]:
             assert by_id[dep]["request_end_ns"] <= m["request_start_ns"], (m, by_id[dep])
             served_dep, served = run.served[dep], run.served[m["x_request_id"]]

@@ -29,7 +29,7 @@ from dagperf import protocol
 from dagperf.channel import Channel, receive
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.endpoints import request_params
-from dagperf.engine import Dispatcher, Flight, Phase, Progress
+from dagperf.engine import Dispatcher, Flight, Phase, Progress, armed_under
 from dagperf.exports.inputs import write_inputs
 from dagperf.exports.records import RecordWriter, record
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
@@ -377,7 +377,7 @@ class Scheduler:
         now = time.time_ns()
         for flight in d.drain_sends():
             self._issued[flight.credit] = now
-            for armed in flight.armed:
+            for armed in armed_under(flight):  # issued now, started by the worker later
                 self._issued[armed.credit] = now
             batches.setdefault(flight.worker, []).append(self._credit(flight))
         for worker, credits in batches.items():

@@ -1,7 +1,7 @@
 """The scheduler's functional core: which request goes where and when, fed events, no I/O."""
 
 from dagperf.engine.branch_stats import BranchStats
-from dagperf.engine.dispatcher import Dispatcher, Flight, Phase, Progress
+from dagperf.engine.dispatcher import Dispatcher, Flight, Phase, Progress, armed_under
 from dagperf.engine.runs import NodeState, SessionState, TreeRun
 
 __all__ = [
@@ -13,4 +13,5 @@ __all__ = [
     "Progress",
     "SessionState",
     "TreeRun",
+    "armed_under",
 ]

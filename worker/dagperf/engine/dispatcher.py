@@ -331,7 +331,7 @@ class Dispatcher:
         if not self._closed:
             self._closed = reason
             for flight in self._inflight.values():  # nothing new goes out, armed or not
-                self._disarms.extend(_armed_under(flight))
+                self._disarms.extend(armed_under(flight))
 
     def _fail(self, reason: str) -> None:
         if self.failure is None:
@@ -538,5 +538,6 @@ class Dispatcher:
         heapq.heappush(self._timers, (due, self._timer_seq, kind, run, node))
 
 
-def _armed_under(flight: Flight) -> list[Flight]:
-    return [f for armed in flight.armed for f in (armed, *_armed_under(armed))]
+def armed_under(flight: Flight) -> list[Flight]:
+    """Every flight armed with this one, and with those, down the chain."""
+    return [f for armed in flight.armed for f in (armed, *armed_under(armed))]
