@@ -123,6 +123,8 @@ class _Protocol(asyncio.Protocol):
 
     def _token(self, record: Record, start: float, i: int) -> None:
         e = self.endpoint
+        if self.transport.is_closing():  # the client went away mid-reply (a run's end)
+            return
         if i == 0:
             self.transport.write(HEAD % len(BODY) + FIRST)
             record.first_ns = time.time_ns()

@@ -209,7 +209,7 @@ async def run(
 def _steady(progress: list[tuple[int, float, float, float]]) -> tuple[float | None, ...]:
     """CPU ms per request for the tree and for its root, and the tree's CPU share (seconds per
     second), between 10% and 90% of the requests served."""
-    if not progress or progress[-1][0] - progress[0][0] < 50:
+    if not progress or progress[-1][0] - progress[0][0] < 20:
         return None, None, None
     first = progress[0][0]  # the server's count may include a failed attempt's requests
     total = progress[-1][0] - first
