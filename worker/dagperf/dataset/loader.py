@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import ValidationError
 
@@ -76,30 +76,71 @@ class DagDataset:
         self.roots = [sid for sid in self.conversations if sid not in referenced]
 
 
-def load_dag_jsonl(path: str | Path) -> DagDataset:
-    """Load a file (plain or gzip-compressed); raise `DatasetError` if it cannot be run."""
+T = TypeVar("T")
+Reader = Callable[[Iterable[bytes], str], T]
+
+
+def load_file(path: str | Path, read: Reader[T]) -> T:
+    """Read a dataset file (plain or gzip-compressed) with a format's `read`; raise
+    `DatasetError` if it cannot be run."""
     source = str(path)
     try:
         with open(path, "rb") as f:
-            return parse_dag_jsonl(f, source)
+            return parse_stream(f, source, read)
     except OSError as e:  # missing, a directory, unreadable
         raise DatasetError([Problem(source, None, f"cannot read: {e.strerror or e}")]) from None
 
 
-def parse_dag_jsonl(stream: BinaryIO, source: str) -> DagDataset:
-    """Validate dag_jsonl from a seekable binary stream, plain or gzip-compressed (told apart
-    by its first bytes, as a ConfigMap's binaryData does not say)."""
+def parse_stream(stream: BinaryIO, source: str, read: Reader[T]) -> T:
+    """Read a dataset from a seekable binary stream, plain or gzip-compressed (told apart by its
+    first bytes, as a ConfigMap's binaryData does not say)."""
     compressed = stream.read(2) == _GZIP_MAGIC
     stream.seek(0)
     try:
         if compressed:
             with gzip.GzipFile(fileobj=stream) as unpacked:
-                return read_dag_jsonl(unpacked, source)
-        return read_dag_jsonl(stream, source)
+                return read(unpacked, source)
+        return read(stream, source)
     except OSError as e:  # unreadable, or a corrupt gzip stream
         raise DatasetError([Problem(source, None, f"cannot read: {e.strerror or e}")]) from None
     except EOFError:
         raise DatasetError([Problem(source, None, "cannot read: truncated gzip stream")]) from None
+
+
+def load_dag_jsonl(path: str | Path) -> DagDataset:
+    return load_file(path, read_dag_jsonl)
+
+
+def parse_dag_jsonl(stream: BinaryIO, source: str) -> DagDataset:
+    return parse_stream(stream, source, read_dag_jsonl)
+
+
+def jsonl_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Numbered non-blank lines, stripped, without a leading byte-order mark."""
+    for lineno, raw in enumerate(lines, start=1):
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]  # a UTF-8 byte-order mark, as spreadsheet exports write
+        raw = raw.strip()
+        if raw:
+            yield lineno, raw
+
+
+class Problems:
+    """Problems of one file as they are found, stopping the read past `MAX_PROBLEMS`."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.items: list[Problem] = []
+
+    def add(self, line: int | None, message: str) -> None:
+        self.items.append(Problem(self.source, line, message))
+        if len(self.items) >= MAX_PROBLEMS:
+            raise DatasetError(_capped(self.items, Problem(self.source, line, _STOPPED_READING)))
+
+    def raise_any(self) -> None:
+        if self.items:
+            self.items.sort(key=lambda p: p.line or 0)
+            raise DatasetError(self.items)
 
 
 def read_dag_jsonl(lines: Iterable[bytes], source: str) -> DagDataset:
@@ -119,12 +160,7 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
     def report(line: int | None, message: str) -> None:
         problems.append(Problem(source, line, message))
 
-    for lineno, raw in enumerate(lines, start=1):
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]  # a UTF-8 byte-order mark, as spreadsheet exports write
-        raw = raw.strip()
-        if not raw:
-            continue
+    for lineno, raw in jsonl_lines(lines):
         seen_a_line = True
         try:
             conv = DagConversation.model_validate_json(raw)
@@ -132,7 +168,7 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
             sid = _session_id_of(raw)
             if sid is not None:
                 unparsed.add(sid)
-            for message in _describe(e, raw, sid):
+            for message in describe(e, raw, f" (session '{sid}')" if sid else ""):
                 report(lineno, message)
         else:
             sid = conv.session_id
@@ -178,9 +214,10 @@ def _session_id_of(raw: bytes) -> str | None:
     return sid if isinstance(sid, str) and sid else None
 
 
-def _describe(error: ValidationError, raw: bytes, sid: str | None) -> Iterator[str]:
-    """Render pydantic's errors as `path: what is wrong`, naming the session when known."""
-    suffix = f" (session '{sid}')" if sid else ""
+def describe(
+    error: ValidationError, raw: bytes, suffix: str = "", unit: str = "one conversation per line"
+) -> Iterator[str]:
+    """Render pydantic's errors as `path: what is wrong`, `suffix` naming what failed."""
     for err in error.errors(include_url=False):
         loc = [part for i, part in enumerate(err["loc"]) if not _is_union_tag(err["loc"], i)]
         kind = err["type"]
@@ -193,10 +230,7 @@ def _describe(error: ValidationError, raw: bytes, sid: str | None) -> Iterator[s
             else:
                 yield f"invalid JSON: {err['msg'].removeprefix('Invalid JSON: ')}"
         elif not loc and kind == "model_type":
-            yield (
-                "expected a JSON object (one conversation per line), "
-                f"got {_json_type(err.get('input'))}"
-            )
+            yield (f"expected a JSON object ({unit}), got {_json_type(err.get('input'))}")
         else:
             path = ".".join(str(part) for part in loc)
             message = err["msg"].removeprefix("Value error, ")
