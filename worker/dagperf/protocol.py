@@ -59,6 +59,7 @@ class Credit(msgspec.Struct, array_like=True, frozen=True):
     correlation_id: str
     routing_key: str
     then: tuple[Credit, ...] = ()  # start these the moment this one succeeds (armed credits)
+    keep_reply: bool = True  # the kept context ends with the live reply (else it is dropped)
 
 
 class Credits(msgspec.Struct, tag="credits", frozen=True):

@@ -229,7 +229,7 @@ class Worker:
             self._finish(credit, ex, error_metrics(prompt_text(messages), self._counter), ex.error)
             return
         if credit.keep:
-            context = [*messages, ex.reply.message()]
+            context = [*messages, ex.reply.message()] if credit.keep_reply else messages
             self._histories.setdefault(credit.run, {})[credit.node] = [context, credit.keep]
         started = self._start_armed(credit)
         metrics, source = request_metrics(ex, prompt_text(messages), self._counter)

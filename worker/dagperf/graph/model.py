@@ -12,6 +12,7 @@ the compiler has already turned each of them into edges:
   turns of the children a join waits for): a failed or cut-short child releases its parent;
 - `history`: at most one of `deps`, whose context plus captured reply this node's messages are
   appended to (the previous turn, or the FORK parent's turn); None starts a fresh history;
+  `keep_reply` False leaves the reply out (the dataset carries its own assistant turns);
 - `Session.route`: the session whose routing key this one uses. A FORK child takes its parent's,
   so a whole FORK lineage lands on one worker; roots and SPAWN children route by their own.
 
@@ -74,6 +75,7 @@ class Node(NamedTuple):
     join_deps: tuple[int, ...]
     history: int | None
     dependents: tuple[int, ...]  # inverse of both kinds; nodes released together in send order
+    keep_reply: bool = True  # False: the live reply is measured, not kept in the history
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class Tree:
     sessions: tuple[Session, ...]
     nodes: tuple[Node, ...]
     entry: tuple[int, ...]  # nodes with no dependencies of either kind, in send order
+    start_s: float | None = None  # when its root is due on a fixed schedule (trace timestamps)
 
     @property
     def root(self) -> Session:
