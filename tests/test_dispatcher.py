@@ -8,7 +8,8 @@ import pytest
 
 from dagperf.config import LoadConfig
 from dagperf.engine import Dispatcher, Flight, Phase
-from dagperf.graph import compile_dag_jsonl
+from dagperf.graph import Payload, compile_dag_jsonl
+from dagperf.graph.sessions import GraphNode, SessionSpec, compile_sessions
 
 from dagfile import conv, load, stats, turn
 
@@ -24,10 +25,10 @@ class Clock:
 class Harness:
     """A dispatcher with fake time, numbered ids, and helpers that read flights by name."""
 
-    def __init__(self, *lines, workers=("w1",), **load):
+    def __init__(self, *lines, workers=("w1",), graph=None, **load):
         self.clock = Clock()
         ids = itertools.count(1)
-        graph = compile_dag_jsonl(load_lines(lines))
+        graph = graph or compile_dag_jsonl(load_lines(lines))
         self.d = Dispatcher(graph, LoadConfig(**load), self.clock, new_id=lambda: f"id{next(ids)}")
         for worker in workers:
             self.d.add_worker(worker)
@@ -483,3 +484,61 @@ def test_unknown_credits_are_ignored():
     h = Harness(*EXAMPLE)
     h.sent()
     assert h.d.complete(999, True) is None
+
+
+# --- session graphs and fixed schedules ------------------------------------------------------
+
+
+def sessions(*specs):
+    return compile_sessions("test", list(specs))
+
+
+def spec(sid, *nodes, start_s=None):
+    return SessionSpec(sid, tuple(nodes), start_s=start_s)
+
+
+def gnode(key, parents=(), history=None, wait_s=0.0):
+    return GraphNode(key, Payload([{"role": "user", "content": key}]), parents, history, wait_s)
+
+
+def test_a_diamond_node_waits_for_every_parent_then_its_wait():
+    graph = sessions(
+        spec("d", gnode("top"), gnode("a", (0,), 0), gnode("b", (0,)), gnode("m", (1, 2), 1, 0.5))
+    )
+    h = Harness(graph=graph)
+    assert h.sent() == ["d:0"]
+    assert sorted(h.finish("d:0")) == ["d:1", "d:2"]
+    assert h.finish("d:1") == []  # b still runs
+    assert h.finish("d:2") == []  # both done: the wait starts
+    assert h.advance(0.49) == []
+    assert h.advance(0.01) == ["d:3"]
+    assert h.flying["d:3"].armed == []
+
+
+def test_a_failed_parent_skips_the_diamonds_join():
+    graph = sessions(spec("d", gnode("a"), gnode("b"), gnode("m", (0, 1), 0)))
+    h = Harness(graph=graph)
+    assert h.sent() == ["d:0", "d:1"]
+    h.finish("d:0", ok=False)
+    assert h.finish("d:1") == []
+    assert h.d.finished and h.d.progress().expected == 2
+
+
+def test_a_fixed_schedule_starts_each_root_at_its_own_time():
+    starts = (5.0, 5.0, 6.5, 9.0)
+    graph = sessions(*(spec(f"s{i}", gnode("x"), start_s=t) for i, t in enumerate(starts)))
+    h = Harness(graph=graph, fixed_schedule=True)
+    assert h.advance(0) == ["s0:0", "s1:0"]  # the first at once, one at the same time with it
+    assert h.advance(1.49) == []
+    assert h.advance(0.01) == ["s2:0"]  # no concurrency limit: s0, s1 still in flight
+    assert h.advance(2.0) == []
+    assert h.advance(0.5) == ["s3:0"]
+    h.drain()
+    assert h.d.finished and h.d.progress().sent == 4
+
+
+def test_a_fixed_schedule_needs_times_and_excludes_a_rate():
+    with pytest.raises(ValueError, match="start time"):
+        Harness(graph=sessions(spec("s", gnode("x"))), fixed_schedule=True)
+    with pytest.raises(ValueError, match="--fixed-schedule and --request-rate"):
+        LoadConfig(fixed_schedule=True, request_rate=5)

@@ -29,6 +29,12 @@ class LoadConfig(BaseModel):
     request_rate: float | None = Field(
         default=None, gt=0, description="Roots started per second, with Poisson arrivals."
     )
+    fixed_schedule: bool | None = Field(
+        default=None,
+        description="Start each root at its own timestamp (a trace's), relative to the first, "
+        "with no concurrency limit unless one is given. Default: on for a dataset with "
+        "timestamps when neither --concurrency nor --request-rate is given.",
+    )
     request_count: int | None = Field(
         default=None, ge=1, description="Stop after sending this many requests, children included."
     )
@@ -60,6 +66,12 @@ class LoadConfig(BaseModel):
         description="Cancel all pending and in-flight work on the first child error.",
     )
     random_seed: int | None = Field(default=None, description="Seed for request arrival times.")
+
+    @model_validator(mode="after")
+    def _one_arrival_process(self) -> LoadConfig:
+        if self.fixed_schedule and self.request_rate:
+            raise ValueError("--fixed-schedule and --request-rate both set when roots arrive")
+        return self
 
 
 class EndpointConfig(BaseModel):

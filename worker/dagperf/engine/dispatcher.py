@@ -20,10 +20,12 @@ session uses the worker pinned to its route session, picked by rendezvous hash t
 and BranchStats.
 
 Load: `concurrency` root slots (a slot frees when the root's last turn ends; children run in it),
-or Poisson root arrivals at `request_rate` (optionally capped by `concurrency`). Stops: a literal
-cap on sent requests, a number of roots, a duration or a stop request (then a grace period for
-what is in flight, then cancellation), an interrupt, or --fail-fast on a child error. An
-optional warmup phase runs first, is waited for, and is not measured.
+Poisson root arrivals at `request_rate`, or each root at its tree's `start_s` (`fixed_schedule`,
+relative to the first root of the phase); either optionally capped by `concurrency`.
+
+Stops: a literal cap on sent requests, a number of roots, a duration or a stop request (then a
+grace period for what is in flight, then cancellation), an interrupt, or --fail-fast on a child
+error. An optional warmup phase runs first, is waited for, and is not measured.
 """
 
 from __future__ import annotations
@@ -95,7 +97,10 @@ class Dispatcher:
         self._new_id = new_id
         self._rng = random.Random(load.random_seed)
         self._templates = [TreeTemplate(tree) for tree in graph.trees]
-        self._concurrency = load.concurrency or (None if load.request_rate else 1)
+        if load.fixed_schedule and any(tree.start_s is None for tree in graph.trees):
+            raise ValueError("a fixed schedule needs a start time on every tree")
+        self._arrive = bool(load.request_rate or load.fixed_schedule)  # roots wait for arrivals
+        self._concurrency = load.concurrency or (None if self._arrive else 1)
         self.router = RendezvousRouter()
         self._credits = 0
         self._run_ids = 0
@@ -171,7 +176,7 @@ class Dispatcher:
                 self._arrivals += 1
                 limit = self._roots_limit
                 if limit is None or self._roots_started + self._arrivals < limit:
-                    self._at(due + self._rng.expovariate(self._load.request_rate), _ARRIVAL)
+                    self._at(self._next_arrival(due), _ARRIVAL)
             elif kind == _DURATION:
                 self._close("benchmark duration reached")
                 self._at(now + self._load.benchmark_grace_period, _GRACE)
@@ -270,8 +275,20 @@ class Dispatcher:
         now = self._clock()
         if self._phase is Phase.PROFILING and self._load.benchmark_duration:
             self._at(now + self._load.benchmark_duration, _DURATION)
-        if self._load.request_rate:
+        if self._arrive:
+            self._scheduled = 0
+            self._schedule_first = self._next_tree
+            self._schedule_t0 = now
             self._at(now, _ARRIVAL)
+
+    def _next_arrival(self, due: float) -> float:
+        if not self._load.fixed_schedule:
+            return due + self._rng.expovariate(self._load.request_rate)  # type: ignore[arg-type]
+        self._scheduled += 1
+        trees, first = self._graph.trees, self._schedule_first
+        nxt = trees[(first + self._scheduled) % len(trees)]
+        # Past the last tree the schedule starts over: never earlier than now.
+        return max(due, self._schedule_t0 + nxt.start_s - trees[first].start_s)  # type: ignore[operator]
 
     def _planned_requests(self) -> int | None:
         """The requests of the roots this phase will start, when it starts a known number."""
@@ -347,13 +364,12 @@ class Dispatcher:
     # --- roots and sending ------------------------------------------------------------------
 
     def _start_roots(self) -> None:
-        rate = self._load.request_rate
         while not self._closed:
             if self._roots_limit is not None and self._roots_started >= self._roots_limit:
                 return
             if self._concurrency is not None and self._active_roots >= self._concurrency:
                 return
-            if rate:
+            if self._arrive:
                 if not self._arrivals:
                     return
                 self._arrivals -= 1
