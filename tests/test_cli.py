@@ -75,7 +75,7 @@ def test_validate_a_missing_file():
 
 def test_usage_errors_exit_2_with_a_message():
     result = run("validate")
-    assert result.returncode == 2 and "the following arguments are required: FILE" in result.stderr
+    assert result.returncode == 2 and "give a dataset file or --session-config" in result.stderr
     result = run("simulate", "--error-rate", "2")
     assert result.returncode == 2
     assert "--error-rate: Input should be less than or equal to 1" in result.stderr

@@ -30,8 +30,8 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from dagperf.dataset import DatasetError, parse_dag_jsonl
-from dagperf.graph import compile_dag_jsonl
+from dagperf.dataset import DatasetError
+from dagperf.sources import parse_graph
 from dagperf_operator import manifests
 from dagperf_operator import status as st
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
@@ -190,7 +190,7 @@ def _check_dataset(
     if key not in files:
         return key, [f"configmap/{ref.name} has no key {key!r}"]
     try:
-        compile_dag_jsonl(parse_dag_jsonl(io.BytesIO(files[key]), f"configmap/{ref.name}/{key}"))
+        parse_graph(io.BytesIO(files[key]), f"configmap/{ref.name}/{key}", spec.dataset.type)
     except DatasetError as e:
         return key, [p.short() for p in e.problems]
     return key, []

@@ -63,7 +63,9 @@ class ConfigMapRef(_Model):
 
 class Dataset(_Model):
     config_map_ref: ConfigMapRef = Field(description="Where the dataset file is.")
-    type: Literal["dag_jsonl"] = Field(default="dag_jsonl", description="The file's format.")
+    type: Literal["dag_jsonl", "session_graph", "mooncake_trace", "timed_synthetic_session"] = (
+        Field(default="dag_jsonl", description="The file's format (--custom-dataset-type).")
+    )
 
 
 def _as_flag(flag: str, **constraints: Any) -> Any:

@@ -24,12 +24,13 @@ from pydantic import BaseModel, ValidationError
 
 from dagperf import __version__
 from dagperf.config import EndpointConfig, LoadConfig
-from dagperf.dataset import DatasetError, load_dag_jsonl
-from dagperf.graph import RequestGraph, SessionKind, compile_dag_jsonl
+from dagperf.dataset import DatasetError
+from dagperf.graph import RequestGraph
 from dagperf.logs import LOG_FORMATS, setup_logging
 from dagperf.simulator import SimConfig, serve_simulator
+from dagperf.sources import FILE_TYPES, load_graph, resolve_schedule, summary, synthetic_graph
 
-DATASET_TYPES = ("dag_jsonl",)
+DATASET_TYPES = tuple(FILE_TYPES)
 ENV_DEFAULTS = {"fail_fast": "DAGPERF_DAG_FAIL_FAST"}  # flags whose default an env var sets
 log = logging.getLogger("dagperf")
 
@@ -140,12 +141,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Check a dataset file. Exit 0 with a summary, or 1 with every problem as "
         "FILE:LINE: message.",
     )
-    validate.add_argument("file", metavar="FILE")
+    validate.add_argument("file", metavar="FILE", nargs="?", help="a dataset file")
     validate.add_argument(
         "--custom-dataset-type",
         choices=DATASET_TYPES,
         default="dag_jsonl",
         help="the file's format (default: %(default)s)",
+    )
+    validate.add_argument(
+        "--session-config", metavar="FILE", help="check a synthetic session config instead"
     )
     validate.add_argument("--json", action="store_true", help="print the summary as JSON")
     validate.set_defaults(run=_validate)
@@ -171,13 +175,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _dataset_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("dataset")
-    group.add_argument("--input-file", required=True, metavar="FILE", help="the dataset file")
+    group = parser.add_argument_group("dataset (a file, or a synthetic session config)")
+    group.add_argument("--input-file", metavar="FILE", help="the dataset file")
     group.add_argument(
         "--custom-dataset-type",
         choices=DATASET_TYPES,
         default="dag_jsonl",
         help="its format (default: %(default)s)",
+    )
+    group.add_argument(
+        "--session-config",
+        metavar="FILE",
+        help="generate the sessions from this YAML/JSON config (graph shape, lengths, seed) "
+        "instead of reading a dataset file",
     )
 
 
@@ -352,6 +362,8 @@ def _model_from_flags(
         return model(**{name: getattr(args, prefix + name) for name in model.model_fields})
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
+        if not first["loc"]:  # a rule across fields: its message names them
+            parser.error(first["msg"].removeprefix("Value error, "))
         flag = f"--{prefix.replace('_', '-')}{str(first['loc'][0]).replace('_', '-')}"
         parser.error(f"{flag}: {first['msg']}")
 
@@ -363,17 +375,35 @@ def _default_workers() -> int:
 # --- commands --------------------------------------------------------------------------------
 
 
-def _load_graph(args: argparse.Namespace) -> RequestGraph | None:
+def _load_graph(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: typing.TextIO = sys.stderr
+) -> RequestGraph | None:
+    """The graph the flags name, or None after printing every problem with it."""
+    path = args.input_file if hasattr(args, "input_file") else args.file
+    config = args.session_config
+    if (path is None) == (config is None):
+        parser.error("give a dataset file or --session-config FILE (one of them)")
+    kind = "session config" if config else args.custom_dataset_type
     try:
-        return compile_dag_jsonl(load_dag_jsonl(args.input_file))
+        return synthetic_graph(config) if config else load_graph(path, args.custom_dataset_type)
     except DatasetError as e:
         for problem in e.problems:
-            print(problem, file=sys.stderr)
-        print(
-            f"{args.input_file}: invalid {args.custom_dataset_type}, {len(e.problems)} problem(s)",
-            file=sys.stderr,
-        )
+            print(problem, file=out)
+        print(f"{config or path}: invalid {kind}, {len(e.problems)} problem(s)", file=out)
         return None
+
+
+def _load_and_schedule(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, load: LoadConfig
+) -> tuple[RequestGraph, LoadConfig] | None:
+    graph = _load_graph(parser, args)
+    if graph is None:
+        return None
+    try:
+        load = resolve_schedule(_default_stop(load, graph), graph)
+    except DatasetError as e:
+        parser.error(e.problems[0].message)
+    return graph, load
 
 
 def _endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -434,20 +464,23 @@ def _default_stop(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
 def _artifact_dir(args: argparse.Namespace, load: LoadConfig) -> Path:
     if args.artifact_dir is not None:
         return args.artifact_dir
-    shape = (
-        f"rate{load.request_rate:g}" if load.request_rate else f"concurrency{load.concurrency or 1}"
-    )
-    return (
-        Path("artifacts")
-        / f"{Path(args.input_file).name.split('.')[0]}-{args.endpoint_type}-{shape}"
-    )
+    if load.request_rate:
+        shape = f"rate{load.request_rate:g}"
+    elif load.fixed_schedule:
+        shape = "schedule" + (f"-concurrency{load.concurrency}" if load.concurrency else "")
+    else:
+        shape = f"concurrency{load.concurrency or 1}"
+    name = Path(args.session_config or args.input_file).name.split(".")[0]
+    return Path("artifacts") / f"{name}-{args.endpoint_type}-{shape}"
 
 
 def _input_config(
     args: argparse.Namespace, load: LoadConfig, workers: int, options: dict[str, Any]
 ) -> dict[str, Any]:
     return {
-        "dataset": {"path": str(args.input_file), "type": args.custom_dataset_type},
+        "dataset": {"path": str(args.input_file), "type": args.custom_dataset_type}
+        if args.input_file
+        else {"path": str(args.session_config), "type": "synthetic"},
         "load": load.model_dump(mode="json"),
         "workers": workers,
         "tokenizer": options["tokenizer"],
@@ -465,10 +498,10 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.workers < 1:
         parser.error("--workers: must be at least 1")
     sim = _model_from_flags(parser, args, SimConfig, prefix="sim_")
-    graph = _load_graph(args)
-    if graph is None:
+    loaded = _load_and_schedule(parser, args, load)
+    if loaded is None:
         return 1
-    load = _default_stop(load, graph)
+    graph, load = loaded
     artifact_dir = _artifact_dir(args, load)
     options = _report_options(parser, args, artifact_dir)
     plan = LocalPlan(
@@ -522,10 +555,10 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     setup_logging(args.log_format, getattr(logging, args.log_level))
     fields = _endpoint_fields(parser, args)
     load = _model_from_flags(parser, args, LoadConfig)
-    graph = _load_graph(args)
-    if graph is None:
+    loaded = _load_and_schedule(parser, args, load)
+    if loaded is None:
         return 1
-    load = _default_stop(load, graph)
+    graph, load = loaded
     artifact_dir = _artifact_dir(args, load)
     options = _report_options(parser, args, artifact_dir)
     console = Console(quiet=args.quiet)
@@ -572,29 +605,19 @@ def _worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        dataset = load_dag_jsonl(args.file)
-        graph = compile_dag_jsonl(dataset)
-    except DatasetError as e:
-        for problem in e.problems:
-            print(problem)
-        print(f"{args.file}: invalid {args.custom_dataset_type}, {len(e.problems)} problem(s)")
+    graph = _load_graph(parser, args, out=sys.stdout)
+    if graph is None:
         return 1
-    summary = {
-        "conversations": len(dataset.conversations),
-        "roots": graph.root_count,
-        "requests per run": graph.request_count,
-        "max agent depth": graph.max_depth,
-        "FORK children": graph.child_count(SessionKind.FORK),
-        "SPAWN children": graph.child_count(SessionKind.SPAWN),
-    }
+    name = args.session_config or args.file
+    figures = summary(graph)
     if args.json:
-        keys = {name: name.lower().replace(" ", "_") for name in summary}
-        print(json.dumps({"file": args.file} | {keys[k]: v for k, v in summary.items()}))
+        keys = {name: name.lower().replace(" ", "_") for name in figures}
+        print(json.dumps({"file": name} | {keys[k]: v for k, v in figures.items()}))
     else:
-        print(f"{args.file}: valid {args.custom_dataset_type}")
-        for name, value in summary.items():
-            print(f"  {name:<18}{value:>10,}")
+        kind = "session config" if args.session_config else args.custom_dataset_type
+        print(f"{name}: valid {kind}")
+        for label, value in figures.items():
+            print(f"  {label:<18}{value:>10,}")
     return 0
 
 

@@ -1,0 +1,78 @@
+"""Session configs and traces through the installed command, as a user runs them: validated,
+then run against the built-in simulator."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+MOONCAKE = "examples/traces/mooncake.jsonl"
+TIMED = "examples/traces/timed_sessions.jsonl"
+LINEAR = "examples/session_configs/linear.yaml"
+
+
+def dagperf(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "dagperf", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def records(directory) -> list[dict]:
+    lines = (directory / "profile_export.jsonl").read_text().splitlines()
+    return [json.loads(line)["metadata"] for line in lines]
+
+
+def test_validate_summarizes_a_session_config_and_each_trace():
+    result = dagperf("validate", "--session-config", LINEAR, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["roots"] == summary["conversations"] == 200
+    assert 2 * 200 <= summary["requests_per_run"] <= 6 * 200
+    result = dagperf("validate", MOONCAKE, "--custom-dataset-type", "mooncake_trace", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["roots"], summary["requests_per_run"], summary["timed_sessions"]) == (4, 6, 4)
+    result = dagperf("validate", TIMED, "--custom-dataset-type", "timed_synthetic_session")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_bad_session_config_names_the_field_without_a_traceback(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "session_graph:\n  type: linear\n  num_request_generator: {type: fixed, value: 0}\n"
+    )
+    result = dagperf("profile", "--session-config", str(config), "--artifact-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "session_graph.num_request_generator.value" in result.stderr
+    assert f"{config}: invalid session config, 1 problem(s)" in result.stderr
+
+
+def test_a_dataset_file_and_a_session_config_are_one_or_the_other(tmp_path):
+    result = dagperf("profile", "--input-file", MOONCAKE, "--session-config", LINEAR)
+    assert result.returncode == 2 and "one of them" in result.stderr
+    result = dagperf(
+        "profile", "--input-file", "examples/dag_jsonl/example.dag.jsonl", "--fixed-schedule"
+    )
+    assert result.returncode == 2 and "--fixed-schedule needs a start time" in result.stderr
+
+
+def test_a_timed_trace_runs_on_its_own_schedule(tmp_path):
+    out = tmp_path / "run"
+    args = ["--input-file", MOONCAKE, "--custom-dataset-type", "mooncake_trace", "--quiet"]
+    result = dagperf("profile", *args, "--artifact-dir", str(out), "--sim-ttft-ms", "5")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "profile_export_aiperf.json").read_text())
+    assert summary["input_config"]["load"]["fixed_schedule"] is True
+    metas = records(out)
+    assert len(metas) == 6
+    roots = sorted(
+        min(m["request_start_ns"] for m in metas if m["x_correlation_id"] == c)
+        for c in {m["x_correlation_id"] for m in metas}
+    )
+    offsets_s = [(t - roots[0]) / 1e9 for t in roots]
+    # The trace's sessions start at 0, 0.35, 1.2 and 2.4 s: on time, not all at once and not
+    # one after another (which would be well under 0.1 s apart against a 5 ms server). The
+    # schedule's zero is the scheduler's, a little before the first request was written.
+    for offset, due in zip(offsets_s, (0, 0.35, 1.2, 2.4), strict=True):
+        assert due - 0.005 <= offset < due + 0.1, offsets_s

@@ -1,0 +1,122 @@
+"""Where a run's requests come from, each way into the one request graph the scheduler runs.
+
+A dataset file has a type (`--custom-dataset-type`); a synthetic workload is a session config
+(`--session-config`). Either is read, validated and compiled here, and a problem surfaces as a
+`DatasetError` listing every problem found, by file and line or field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from dagperf.config import LoadConfig
+from dagperf.dataset.loader import DatasetError, Problem, load_file, parse_stream
+from dagperf.graph import RequestGraph, SessionKind
+
+Compile = Callable[[Iterable[bytes], str], RequestGraph]
+
+
+def _dag_jsonl(lines: Iterable[bytes], source: str) -> RequestGraph:
+    from dagperf.dataset import read_dag_jsonl
+    from dagperf.graph import compile_dag_jsonl
+
+    return compile_dag_jsonl(read_dag_jsonl(lines, source))
+
+
+def _session_graph(lines: Iterable[bytes], source: str) -> RequestGraph:
+    from dagperf.dataset.session_graph import read_session_graph
+
+    return _compile(source, read_session_graph(lines, source), None)
+
+
+def _mooncake(lines: Iterable[bytes], source: str) -> RequestGraph:
+    from dagperf.dataset.mooncake import read_mooncake_trace
+
+    trace = read_mooncake_trace(lines, source)
+    return _compile(source, trace.specs, trace.loader_mode)
+
+
+def _timed_sessions(lines: Iterable[bytes], source: str) -> RequestGraph:
+    from dagperf.dataset.timed_sessions import read_timed_sessions
+
+    trace = read_timed_sessions(lines, source)
+    return _compile(source, trace.specs, trace.loader_mode)
+
+
+def _compile(source: str, specs: list, loader_mode: Any) -> RequestGraph:
+    from dagperf.graph.sessions import SpecError, compile_sessions
+
+    try:
+        return compile_sessions(source, specs, loader_mode)
+    except SpecError as e:  # the loaders check first; this is the last word, not a traceback
+        raise DatasetError([Problem(source, None, str(e))]) from None
+
+
+FILE_TYPES: dict[str, Compile] = {
+    "dag_jsonl": _dag_jsonl,
+    "session_graph": _session_graph,
+    "mooncake_trace": _mooncake,
+    "timed_synthetic_session": _timed_sessions,
+}
+
+
+def load_graph(path: str | Path, dataset_type: str) -> RequestGraph:
+    return load_file(path, FILE_TYPES[dataset_type])
+
+
+def parse_graph(stream: BinaryIO, source: str, dataset_type: str) -> RequestGraph:
+    return parse_stream(stream, source, FILE_TYPES[dataset_type])
+
+
+def synthetic_graph(config_path: str | Path) -> RequestGraph:
+    """The sessions a session config generates; its errors become a DatasetError."""
+    from dagperf.synthetic import ConfigError, generate_sessions, load_session_config
+
+    source = str(config_path)
+    try:
+        config = load_session_config(config_path)
+    except ConfigError as e:
+        raise DatasetError([Problem(e.source, None, p) for p in e.problems]) from None
+    return _compile(source, generate_sessions(config), None)
+
+
+def timed(graph: RequestGraph) -> bool:
+    """Every root has a start time: the dataset can run on its own schedule."""
+    return all(tree.start_s is not None for tree in graph.trees)
+
+
+def resolve_schedule(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
+    """A timed dataset runs on its schedule unless a concurrency or rate is asked for (or
+    --no-fixed-schedule); --fixed-schedule on a dataset without times is refused."""
+    if load.fixed_schedule is None:
+        auto = timed(graph) and not load.concurrency and not load.request_rate
+        return load.model_copy(update={"fixed_schedule": auto})
+    if load.fixed_schedule and not timed(graph):
+        raise DatasetError(
+            [
+                Problem(
+                    graph.source,
+                    None,
+                    "--fixed-schedule needs a start time for every session (trace timestamps)",
+                )
+            ]
+        )
+    return load
+
+
+def summary(graph: RequestGraph) -> dict[str, int]:
+    """What `dagperf validate` prints about a graph."""
+    conversations = {s.conversation_id for tree in graph.trees for s in tree.sessions}
+    out = {
+        "conversations": len(conversations),
+        "roots": graph.root_count,
+        "requests per run": graph.request_count,
+        "max agent depth": graph.max_depth,
+        "FORK children": graph.child_count(SessionKind.FORK),
+        "SPAWN children": graph.child_count(SessionKind.SPAWN),
+    }
+    if timed(graph):
+        out["timed sessions"] = graph.root_count
+    return out
