@@ -542,3 +542,16 @@ def test_a_fixed_schedule_needs_times_and_excludes_a_rate():
         Harness(graph=sessions(spec("s", gnode("x"))), fixed_schedule=True)
     with pytest.raises(ValueError, match="--fixed-schedule and --request-rate"):
         LoadConfig(fixed_schedule=True, request_rate=5)
+
+
+def test_a_graph_sessions_slot_frees_with_its_last_node_to_end_not_its_last_listed():
+    graph = sessions(
+        spec("s", gnode("top"), gnode("a", (0,), 0), gnode("b", (0,))), spec("t", gnode("x"))
+    )
+    h = Harness(graph=graph, concurrency=1)
+    assert h.sent() == ["s:0"]
+    assert h.finish("s:0") == ["s:1", "s:2"]
+    assert h.finish("s:2") == []  # the last listed node ended; "a" still runs in the slot
+    assert h.finish("s:1") == ["t:0"]
+    h.drain()
+    assert h.d.finished

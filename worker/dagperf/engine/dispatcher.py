@@ -497,9 +497,11 @@ class Dispatcher:
             self._skipped += state == NodeState.SKIPPED
             run.suspended.discard(i)
             node = tree.nodes[i]
-            self._settle_session(run, node.session, i, state, cancelled)
-            if node.session == 0 and i == tree.sessions[0].last_node:
-                self._active_roots -= 1  # the root's slot frees with its last turn
+            run.session_open[node.session] -= 1
+            ended = not run.session_open[node.session]
+            self._settle_session(run, node.session, i, state, cancelled, ended)
+            if node.session == 0 and ended:
+                self._active_roots -= 1  # the root's slot frees with its last node
             for j in node.dependents:
                 if run.nodes[j] != NodeState.PENDING:
                     continue
@@ -518,7 +520,7 @@ class Dispatcher:
             self._retired.append(run)
 
     def _settle_session(
-        self, run: TreeRun, s: int, i: int, state: NodeState, cancelled: bool
+        self, run: TreeRun, s: int, i: int, state: NodeState, cancelled: bool, ended: bool
     ) -> None:
         current = run.sessions[s]
         if current >= SessionState.COMPLETED or current == SessionState.IDLE:
@@ -527,7 +529,7 @@ class Dispatcher:
         child = session.kind is not SessionKind.ROOT
         stats = self.branch_stats
         if state == NodeState.OK:
-            if i == session.last_node:
+            if ended:
                 run.sessions[s] = SessionState.COMPLETED
                 stats.children_completed += child
         elif cancelled:

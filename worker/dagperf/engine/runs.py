@@ -36,7 +36,7 @@ class SessionState(IntEnum):
 class TreeTemplate:
     """What every run of one tree starts from, computed once per tree."""
 
-    __slots__ = ("keep", "tree", "waiting")
+    __slots__ = ("keep", "sizes", "tree", "waiting")
 
     def __init__(self, tree: Tree):
         self.tree = tree
@@ -46,6 +46,7 @@ class TreeTemplate:
             if node.history is not None:
                 keep[node.history] += 1
         self.keep = keep  # how many nodes continue each node's history
+        self.sizes = [s.turn_count for s in tree.sessions]
 
 
 class TreeRun:
@@ -58,6 +59,7 @@ class TreeRun:
         "phase",
         "pins",
         "request_ids",
+        "session_open",
         "sessions",
         "suspended",
         "template",
@@ -78,6 +80,9 @@ class TreeRun:
         self.request_ids: list[str | None] = [None] * len(tree.nodes)  # once sent
         self.pins: dict[int, str] = {}  # route session -> the worker holding its history
         self.open = len(tree.nodes)  # nodes not yet ended
+        # Per session: its nodes not yet ended. A session ends with its last node to end, which
+        # in a general graph need not be its last listed one.
+        self.session_open = list(template.sizes)
         self.suspended: set[int] = set()  # join nodes whose parent waits on children
         self.workers: set[str] = set()  # every worker that was sent a request of this run
 
