@@ -454,7 +454,7 @@ def test_integer_ids_name_the_same_session_and_nodes_as_strings():
     [
         ("deltas_without_responses", 0, True),
         ("deltas_with_responses", 0, False),
-        ("message_array_with_responses", None, False),
+        ("message_array_with_responses", None, True),  # no history: nothing to keep
     ],
 )
 def test_a_rows_context_mode_applies_to_its_session(mode, history, keep_reply):

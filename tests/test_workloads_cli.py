@@ -76,3 +76,64 @@ def test_a_timed_trace_runs_on_its_own_schedule(tmp_path):
     # schedule's zero is the scheduler's, a little before the first request was written.
     for offset, due in zip(offsets_s, (0, 0.35, 1.2, 2.4), strict=True):
         assert due - 0.005 <= offset < due + 0.1, offsets_s
+
+
+BRANCHING_1000 = """
+seed: 3
+num_sessions: 1000
+session_graph:
+  type: branching
+  num_layers_generator: {type: fixed, value: 3}
+  layer_width_generator: {type: uniform, min: 1, max: 3}
+  fan_out_generator: {type: fixed, value: 2}
+  fan_in_generator: {type: fixed, value: 2}
+  request_wait_generator: {type: uniform, min: 0.0, max: 0.02}
+  single_root: true
+prompt:
+  input_length: {type: uniform, min: 8, max: 32}
+  output_length: {type: fixed, value: 4}
+  ignore_eos: true
+"""
+
+
+def test_a_thousand_branching_sessions_pass_the_health_checks_and_a_rerun_agrees(tmp_path):
+    config = tmp_path / "branching.yaml"
+    config.write_text(BRANCHING_1000)
+    out = tmp_path / "run"
+    result = dagperf(
+        "profile", "--session-config", str(config), "--artifact-dir", str(out),
+        "--concurrency", "32", "--workers", "2", "--sim-ttft-ms", "1", "--sim-itl-ms", "0",
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Health: passed" in result.stdout, result.stdout
+    first = json.loads((out / "health_check.json").read_text())
+    checks = {c["name"]: c for c in first["checks"]}
+    arrival = checks["intra_session_arrival"]
+    assert arrival["status"] == "pass" and arrival["details"]["early"] == 0
+    assert arrival["details"]["dependent_requests"] >= 1000  # every session has layers below
+    assert checks["session_concurrency"]["details"]["max_observed"] <= 32
+    assert checks["output_length"]["status"] == "pass"
+    assert len({m["root_correlation_id"] for m in records(out)}) == 1000
+
+    (out / "health_check.json").unlink()
+    again = dagperf("health", str(out))
+    assert again.returncode == 0, again.stdout + again.stderr
+    second = json.loads((out / "health_check.json").read_text())
+    assert second["checks"] == first["checks"] and second["passed"] is True
+
+
+def test_dagperf_health_fails_a_crafted_early_child_and_says_why(tmp_path):
+    out = tmp_path / "run"
+    args = ["--input-file", "examples/dag_jsonl/example.dag.jsonl", "--quiet"]
+    assert dagperf("profile", *args, "--artifact-dir", str(out)).returncode == 0
+    lines = (out / "profile_export.jsonl").read_text().splitlines()
+    parsed = [json.loads(line) for line in lines]
+    child = next(r for r in parsed if r["metadata"]["depends_on"])
+    child["metadata"]["request_start_ns"] -= 10**9  # sent a second before its parent ended
+    (out / "profile_export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in parsed))
+    result = dagperf("health", str(out))
+    assert result.returncode == 1
+    assert "FAIL  intra-session arrival" in result.stdout
+    report = json.loads((out / "health_check.json").read_text())
+    assert report["passed"] is False and report["checks"][0]["details"]["early"] == 1

@@ -26,6 +26,7 @@ from dagperf import __version__
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
 from dagperf.graph import RequestGraph
+from dagperf.health import HealthOptions, health_command
 from dagperf.logs import LOG_FORMATS, setup_logging
 from dagperf.simulator import SimConfig, serve_simulator
 from dagperf.sources import FILE_TYPES, load_graph, resolve_schedule, summary, synthetic_graph
@@ -61,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     _dataset_flags(profile)
     _endpoint_flags(profile, url_required=False)
     _add_model_flags(profile, LoadConfig, "load")
+    _add_model_flags(profile, HealthOptions, "health checks (after the run)", prefix="health-")
     profile.add_argument(
         "--workers",
         type=int,
@@ -82,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     _dataset_flags(scheduler)
     _endpoint_flags(scheduler, url_required=True)
     _add_model_flags(scheduler, LoadConfig, "load")
+    _add_model_flags(scheduler, HealthOptions, "health checks (after the run)", prefix="health-")
     roles = scheduler.add_argument_group("scheduler")
     roles.add_argument(
         "--bind", default="tcp://0.0.0.0:5555", help="ZeroMQ address (default: %(default)s)"
@@ -153,6 +156,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("--json", action="store_true", help="print the summary as JSON")
     validate.set_defaults(run=_validate)
+
+    health = commands.add_parser(
+        "health",
+        help="check a finished run's artifacts",
+        description="Check a run from its artifact directory: no request sent before its "
+        "dependencies finished (plus its delay) nor later than the slack, root sessions within "
+        "the concurrency, the root rate within tolerance, ignore_eos replies as long as asked. "
+        "Writes health_check.json there. Exit 0 when every check passed or was skipped, 1 when "
+        "one failed, 2 when the artifacts cannot be read.",
+    )
+    health.add_argument("artifact_dir", metavar="ARTIFACT_DIR")
+    _add_model_flags(health, HealthOptions, "tolerances")
+    health.set_defaults(run=_health)
 
     simulate = commands.add_parser(
         "simulate",
@@ -498,6 +514,7 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.workers < 1:
         parser.error("--workers: must be at least 1")
     sim = _model_from_flags(parser, args, SimConfig, prefix="sim_")
+    health = _model_from_flags(parser, args, HealthOptions, prefix="health_")
     loaded = _load_and_schedule(parser, args, load)
     if loaded is None:
         return 1
@@ -519,7 +536,7 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     async def go() -> int:
         outcome = await run_local(plan, console)
-        return _report(outcome, console, plan.artifact_dir)
+        return _report(outcome, console, plan.artifact_dir, health)
 
     return run_sync(go)
 
@@ -539,8 +556,11 @@ def _simulator_args(config: SimConfig) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _report(outcome: Any, console: Any, artifact_dir: Path) -> int:
+def _report(outcome: Any, console: Any, artifact_dir: Path, health: HealthOptions) -> int:
     console.summary(outcome.document, str(artifact_dir))
+    if (artifact_dir / "profile_export.jsonl").exists():
+        # The verdict is printed and exported; the exit code stays the run's own.
+        health_command(str(artifact_dir), health)
     if outcome.failure:
         print(f"dagperf: the run failed: {outcome.failure}", file=sys.stderr)
         return 1
@@ -555,6 +575,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     setup_logging(args.log_format, getattr(logging, args.log_level))
     fields = _endpoint_fields(parser, args)
     load = _model_from_flags(parser, args, LoadConfig)
+    health = _model_from_flags(parser, args, HealthOptions, prefix="health_")
     loaded = _load_and_schedule(parser, args, load)
     if loaded is None:
         return 1
@@ -584,7 +605,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         loop = asyncio.get_running_loop()
         for sig in (2, 15):  # SIGINT, SIGTERM: stop gracefully, keep what was measured
             loop.add_signal_handler(sig, scheduler.interrupt, "stopped by a signal")
-        return _report(await scheduler.run(), console, artifact_dir)
+        return _report(await scheduler.run(), console, artifact_dir, health)
 
     return run_sync(go)
 
@@ -619,6 +640,10 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         for label, value in figures.items():
             print(f"  {label:<18}{value:>10,}")
     return 0
+
+
+def _health(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    return health_command(args.artifact_dir, _model_from_flags(parser, args, HealthOptions))
 
 
 def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

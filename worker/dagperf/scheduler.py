@@ -33,7 +33,7 @@ from dagperf.engine import Dispatcher, Flight, Phase, Progress, armed_under
 from dagperf.exports.inputs import write_inputs
 from dagperf.exports.records import RecordWriter, record
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
-from dagperf.graph import RequestGraph
+from dagperf.graph import Payload, RequestGraph
 from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
@@ -310,7 +310,8 @@ class Scheduler:
             self.dag_report.add(flight, result)
             if self.live is not None:
                 self.live.observe(flight, result)
-            self._records.write(record(flight, result, issued))
+            params = self._params_of(flight.run.tree.nodes[flight.node].payload)
+            self._records.write(record(flight, result, issued, params))
 
     # --- workers ----------------------------------------------------------------------------
 
@@ -411,9 +412,7 @@ class Scheduler:
         run = flight.run
         node = run.tree.nodes[flight.node]
         session = run.tree.sessions[node.session]
-        params = self._params.get(id(node.payload))
-        if params is None:
-            params = self._params[id(node.payload)] = request_params(node.payload, self.endpoint)
+        params = self._params_of(node.payload)
         return protocol.Credit(
             flight.credit,
             run.id,
@@ -426,7 +425,14 @@ class Scheduler:
             run.correlation[node.session],
             run.correlation[session.route],
             then,
+            node.keep_reply,
         )
+
+    def _params_of(self, payload: Payload) -> dict[str, Any]:
+        params = self._params.get(id(payload))
+        if params is None:
+            params = self._params[id(payload)] = request_params(payload, self.endpoint)
+        return params
 
     def _arm_timer(self) -> None:
         deadline = self.dispatcher.next_deadline()

@@ -18,7 +18,11 @@ from dagperf.metrics.catalog import UNITS
 from dagperf.protocol import Result
 
 
-def record(flight: Flight, result: Result, issued_ns: int) -> dict[str, Any]:
+def record(
+    flight: Flight, result: Result, issued_ns: int, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One line; `params` are the body fields the request was sent with."""
+    params = params or {}
     run = flight.run
     tree = run.tree
     node = tree.nodes[flight.node]
@@ -50,6 +54,9 @@ def record(flight: Flight, result: Result, issued_ns: int) -> dict[str, Any]:
             run.request_ids[d] for d in (*node.deps, *node.join_deps) if run.request_ids[d]
         ],
         "delay_ms": node.delay_s * 1000,
+        # What the health check compares the output length with.
+        "max_tokens": params.get("max_tokens", params.get("max_completion_tokens")),
+        "ignore_eos": bool(params.get("ignore_eos")),
         "token_count_source": result.token_source,
     }
     metrics = {

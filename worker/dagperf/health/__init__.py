@@ -1,0 +1,158 @@
+"""Health checks of a finished run, computed from its artifact directory alone.
+
+A benchmark's numbers mean something only if the load went out as asked: children after their
+dependencies (plus their delay, and not much later), no more root sessions at once than the
+concurrency, roots arriving at the requested rate, and `ignore_eos` replies as long as asked.
+These checks read only `profile_export.jsonl` and `profile_export_aiperf.json`, so they run the
+same after a local run, on a results volume from a cluster, or on an old directory; they need no
+engine state, and the engine needs no hook for them (each record carries `depends_on` and
+`delay_ms`: the export is a DAG that can be checked on its own). The price is that only what the
+files say can be checked: a request whose record is missing (a warmup-phase parent) leaves its
+children unverifiable, which is counted and reported rather than fatal.
+
+Here: reading the two files (one streaming pass over the records, every problem a `HealthError`
+naming the file and line) and the entry points. `checks` holds the four checks, fed one record
+at a time; `report` the models of their options and verdicts, and the console rendering.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+import msgspec
+
+from dagperf.health.checks import Arrivals, Load, OutputLengths, Record, Roots
+from dagperf.health.report import (
+    CheckResult,
+    HealthError,
+    HealthOptions,
+    HealthReport,
+    Status,
+    render,
+)
+
+__all__ = [
+    "REPORT_FILE",
+    "CheckResult",
+    "HealthError",
+    "HealthOptions",
+    "HealthReport",
+    "Status",
+    "check_artifacts",
+    "health_command",
+    "render",
+    "write_report",
+]
+
+RECORDS_FILE = "profile_export.jsonl"
+SUMMARY_FILE = "profile_export_aiperf.json"
+REPORT_FILE = "health_check.json"
+
+
+def _read_load(path: Path) -> Load:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise HealthError(f"{path}: not found (did the run finish writing its exports?)") from None
+    except OSError as e:
+        raise HealthError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        document = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise HealthError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except ValueError as e:  # not UTF-8
+        raise HealthError(f"{path}: not a JSON text: {e}") from None
+    config = document.get("input_config") if isinstance(document, dict) else None
+    load = config.get("load") if isinstance(config, dict) else None
+    if not isinstance(load, dict):
+        raise HealthError(f"{path}: no input_config.load object (not a dagperf summary?)")
+    try:
+        return msgspec.convert(load, Load)
+    except msgspec.ValidationError as e:
+        raise HealthError(f"{path}: input_config.load: {e}") from None
+
+
+def _read_records(path: Path) -> Iterator[Record]:
+    decode = msgspec.json.Decoder(Record).decode
+    try:
+        file = path.open("rb")
+    except FileNotFoundError:
+        raise HealthError(f"{path}: not found (did the run finish writing its exports?)") from None
+    except OSError as e:
+        raise HealthError(f"{path}: cannot read: {e.strerror}") from None
+    with file:
+        for number, line in enumerate(file, 1):
+            if line.isspace():
+                continue
+            try:
+                yield decode(line)
+            except msgspec.ValidationError as e:
+                raise HealthError(f"{path}:{number}: not a request record: {e}") from None
+            except msgspec.DecodeError as e:
+                raise HealthError(f"{path}:{number}: invalid JSON: {e}") from None
+
+
+def check_artifacts(artifact_dir: Path, options: HealthOptions | None = None) -> HealthReport:
+    """Run every check on a run's artifact directory; HealthError when it cannot be read."""
+    options = options or HealthOptions()
+    artifact_dir = Path(artifact_dir)
+    if not artifact_dir.is_dir():
+        raise HealthError(f"{artifact_dir}: not a directory")
+    load = _read_load(artifact_dir / SUMMARY_FILE)
+    arrivals, roots, lengths = Arrivals(options), Roots(), OutputLengths(options)
+    count = 0
+    for record in _read_records(artifact_dir / RECORDS_FILE):
+        count += 1
+        meta = record.metadata
+        arrivals.add(meta, record.error is not None)
+        roots.add(meta)
+        lengths.add(record)
+    checks = [
+        arrivals.result(load),
+        roots.concurrency(load),
+        roots.rate(load, options.rate_tolerance),
+        lengths.result(),
+    ]
+    return HealthReport(
+        artifact_dir=str(artifact_dir), records=count, options=options, checks=checks
+    )
+
+
+def write_report(report: HealthReport, artifact_dir: Path) -> Path:
+    """Write `health_check.json` (whole or not at all) and return its path."""
+    path = Path(artifact_dir) / REPORT_FILE
+    partial = path.with_name(f".{REPORT_FILE}.tmp")
+    partial.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    os.replace(partial, path)
+    return path
+
+
+def health_command(
+    artifact_dir: str,
+    options: HealthOptions | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`dagperf health DIR`: print the checks and write health_check.json. Returns 0 when
+    every check passed or was skipped, 1 when one failed, 2 when the artifacts (or the report
+    file) could not be read or written."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        report = check_artifacts(Path(artifact_dir), options)
+    except HealthError as e:
+        print(f"dagperf health: {e}", file=err)
+        return 2
+    print(render(report), file=out)
+    try:
+        path = write_report(report, Path(artifact_dir))
+    except OSError as e:
+        print(f"dagperf health: cannot write {REPORT_FILE}: {e}", file=err)
+        return 2
+    print(f"Health report: {path}", file=out)
+    return 0 if report.passed else 1

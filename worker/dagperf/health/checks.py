@@ -1,0 +1,421 @@
+"""The four checks, each an accumulator fed one record at a time, then asked for its verdict.
+
+Memory follows what the checks need, not the file. Records arrive as msgspec structs holding only
+the fields read here (the decoder skips the rest without building it). Per request, the arrival
+check keeps one dict entry (request id -> end ns, the id packed into its 16 uuid bytes) and, per
+dependent request, an 8-byte lateness for the percentiles; per root session, its first start and
+last end; the rest is counters and five-entry heaps of the worst offenders. End times are kept
+for every request because a record does not say how many children will name it; a child is
+judged as it is read when its dependencies came first (as the engine writes them), and held
+back only otherwise.
+
+Timestamps are wall-clock nanoseconds stamped in the workers. On one host they compare exactly;
+when workers span hosts, clock offsets show up as lateness, which `early_tolerance_ms` forgives.
+Requests that failed without any response (worker lost, abandoned after a cancel, connection
+refused) are left out of the arrival check: their recorded start may be when the credit was
+issued, not when bytes went out. Root arrivals are Poisson, so a rate measured from n arrivals
+is only good to about 1/sqrt(n); the rate check says so (skipped) rather than pass or fail on
+noise. Concurrency without a limit set is the engine's default of one root at a time, unless
+roots arrive by rate or schedule.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import uuid
+from array import array
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from dagperf.health.report import (
+    ARRIVAL,
+    CONCURRENCY,
+    OUTPUT_LENGTH,
+    RATE,
+    CheckResult,
+    HealthOptions,
+    Status,
+)
+
+WORST = 5  # offenders listed per check
+
+
+class Value(msgspec.Struct):
+    value: float | None = None
+
+
+class Metrics(msgspec.Struct):
+    output_sequence_length: Value | None = None
+
+
+class Metadata(msgspec.Struct):
+    x_request_id: str
+    request_start_ns: int | None = None
+    request_ack_ns: int | None = None
+    request_end_ns: int | None = None
+    x_correlation_id: str | None = None
+    root_correlation_id: str | None = None
+    depends_on: list[str] = []
+    delay_ms: float = 0.0
+    max_tokens: Any = None  # whatever the body carried; only a positive number is used
+    ignore_eos: bool = False
+    was_cancelled: bool = False
+    token_count_source: str | None = None
+
+
+class Record(msgspec.Struct):
+    metadata: Metadata
+    metrics: Metrics | None = None
+    error: dict[str, Any] | None = None
+
+
+class Load(msgspec.Struct):
+    """The part of the run's LoadConfig the checks need; other fields are ignored, so
+    directories written by other versions still read."""
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+    fixed_schedule: bool = False
+    max_inflight: int | None = None
+
+
+def _key(ident: str) -> bytes | str:
+    """A compact dict key: the 16 bytes of a uuid, or the string itself."""
+    try:
+        return uuid.UUID(ident).bytes
+    except ValueError:
+        return ident
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 3)
+
+
+class _Worst:
+    """The `WORST` largest entries by score, as (score, tiebreak, payload)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, dict[str, Any]]] = []
+        self._seen = 0
+
+    def add(self, score: float, payload: dict[str, Any]) -> None:
+        self._seen += 1
+        entry = (score, -self._seen, payload)  # earlier entries win ties
+        if len(self._heap) < WORST:
+            heapq.heappush(self._heap, entry)
+        elif entry > self._heap[0]:
+            heapq.heapreplace(self._heap, entry)
+
+    def listed(self) -> list[dict[str, Any]]:
+        return [payload for _, _, payload in sorted(self._heap, reverse=True)]
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+
+class Arrivals:
+    """Each dependent request against the moment it became due: the last of its
+    dependencies' ends plus its delay."""
+
+    def __init__(self, options: HealthOptions) -> None:
+        self._slack = options.arrival_slack_ms
+        self._tolerance = options.early_tolerance_ms
+        self._ends: dict[bytes | str, int] = {}
+        self._held: list[tuple[str, int, float, list[bytes | str]]] = []
+        self._lateness = array("d")  # ms, one per judged request
+        self._worst = _Worst()
+        self._early = self._late = 0
+        self._no_response = 0  # failed with no response: the start may not be a send
+        self._missing = 0  # dependency references with no record
+        self._unverifiable = 0  # requests left out for it
+
+    def add(self, meta: Metadata, failed: bool) -> None:
+        if meta.request_end_ns is not None:
+            self._ends[_key(meta.x_request_id)] = meta.request_end_ns
+        if not meta.depends_on:
+            return
+        start = meta.request_start_ns
+        if start is None or (failed and meta.request_ack_ns is None):
+            self._no_response += 1
+            return
+        deps = [_key(d) for d in meta.depends_on]
+        ends = self._ends
+        if all(d in ends for d in deps):
+            self._judge(meta.x_request_id, start, meta.delay_ms, max(ends[d] for d in deps))
+        else:  # a dependency not read yet, or not in the file at all
+            self._held.append((meta.x_request_id, start, meta.delay_ms, deps))
+
+    def _judge(self, request_id: str, start: int, delay_ms: float, ready: int) -> None:
+        lateness = (start - ready) / 1e6 - delay_ms
+        self._lateness.append(lateness)
+        if lateness < -self._tolerance:
+            self._early += 1
+            excess = -lateness - self._tolerance
+        elif lateness > self._slack:
+            self._late += 1
+            excess = lateness - self._slack
+        else:
+            return
+        self._worst.add(excess, {"request_id": request_id, "lateness_ms": round(lateness, 3)})
+
+    def result(self, load: Load) -> CheckResult:
+        ends = self._ends
+        for request_id, start, delay_ms, deps in self._held:
+            missing = sum(d not in ends for d in deps)
+            if missing:
+                self._missing += missing
+                self._unverifiable += 1
+            else:
+                self._judge(request_id, start, delay_ms, max(ends[d] for d in deps))
+        self._held.clear()
+        lateness = np.frombuffer(self._lateness, dtype=np.float64)
+        n = len(lateness)
+        details: dict[str, Any] = {
+            "dependent_requests": n,
+            "early": self._early,
+            "late": self._late,
+            "slack_ms": self._slack,
+            "early_tolerance_ms": self._tolerance,
+            "lateness_ms": _distribution(lateness),
+            "worst": self._worst.listed(),
+            "missing_dependencies": self._missing,
+            "unverifiable_requests": self._unverifiable,
+            "failed_without_response": self._no_response,
+        }
+        skipped_too = self._unverifiable + self._no_response
+        if not n:
+            why = "no request depends on another"
+            if skipped_too:
+                why = (
+                    f"none of {skipped_too} dependent requests could be timed "
+                    f"({self._missing} missing dependencies, "
+                    f"{self._no_response} failed without response)"
+                )
+            return CheckResult(name=ARRIVAL, status=Status.SKIPPED, summary=why, details=details)
+        notes = f"; {self._missing} dependencies not in the file" if self._missing else ""
+        dist = details["lateness_ms"]
+        if self._early or self._late:
+            worst = details["worst"][0]
+            hint = " (max_inflight held requests back)" if load.max_inflight else ""
+            summary = (
+                f"{self._early} sent early, {self._late} later than {self._slack:g} ms, "
+                f"of {n} dependent requests; worst {worst['request_id']} at "
+                f"{worst['lateness_ms']:+.1f} ms{hint}{notes}"
+            )
+            status = Status.FAIL
+        else:
+            summary = (
+                f"{n} dependent requests on time: lateness p50 {dist['p50']:.1f} ms, "
+                f"p99 {dist['p99']:.1f} ms, max {dist['max']:.1f} ms "
+                f"(slack {self._slack:g} ms){notes}"
+            )
+            status = Status.PASS
+        return CheckResult(name=ARRIVAL, status=status, summary=summary, details=details)
+
+
+def _distribution(values: np.ndarray) -> dict[str, Any]:
+    if not len(values):
+        return {"count": 0}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    figures = {
+        "min": values.min(),
+        "p50": p50,
+        "p90": p90,
+        "p99": p99,
+        "max": values.max(),
+    }
+    return {"count": len(values), **{k: round(float(v), 3) for k, v in figures.items()}}
+
+
+class Roots:
+    """Each root session's span, [first start, last end], over the root conversation's own
+    requests (children run inside their root's slot, and may outlive it)."""
+
+    def __init__(self) -> None:
+        self._index: dict[bytes | str, int] = {}  # root -> its slot in the two arrays
+        self._starts = array("q")
+        self._ends = array("q")
+
+    def add(self, meta: Metadata) -> None:
+        root = meta.root_correlation_id
+        start = meta.request_start_ns
+        if root is None or meta.x_correlation_id != root or start is None:
+            return
+        end = start if meta.request_end_ns is None else meta.request_end_ns
+        key = _key(root)
+        i = self._index.get(key)
+        if i is None:
+            self._index[key] = len(self._starts)
+            self._starts.append(start)
+            self._ends.append(end)
+        else:
+            if start < self._starts[i]:
+                self._starts[i] = start
+            if end > self._ends[i]:
+                self._ends[i] = end
+
+    def concurrency(self, load: Load) -> CheckResult:
+        target, source = load.concurrency, "concurrency"
+        if target is None and not load.request_rate and not load.fixed_schedule:
+            target, source = 1, "default"  # the engine runs one root at a time unless told
+        if target is None:
+            return CheckResult(
+                name=CONCURRENCY,
+                status=Status.SKIPPED,
+                summary="no concurrency limit set (arrivals by rate or schedule)",
+            )
+        roots = len(self._starts)
+        if not roots:
+            return CheckResult(
+                name=CONCURRENCY,
+                status=Status.SKIPPED,
+                summary="no request of a root conversation recorded",
+                details={"target": target, "target_source": source, "roots": 0},
+            )
+        starts = np.frombuffer(self._starts, dtype=np.int64)
+        ends = np.frombuffer(self._ends, dtype=np.int64)
+        peak, peak_at, over_ns = _overlap(starts, ends, target)
+        details = {
+            "target": target,
+            "target_source": source,
+            "roots": roots,
+            "max_observed": peak,
+            "peak_at_ms": _ms(peak_at - int(starts.min())),
+            "time_over_target_ms": _ms(over_ns),
+        }
+        limit = f"limit {target}" + (" by default" if source == "default" else "")
+        if peak > target:
+            summary = (
+                f"{peak} root sessions overlapped ({limit}), "
+                f"over the limit for {over_ns / 1e6:.1f} ms"
+            )
+            status = Status.FAIL
+        else:
+            summary = f"at most {peak} of {roots} root sessions overlapped ({limit})"
+            status = Status.PASS
+        return CheckResult(name=CONCURRENCY, status=status, summary=summary, details=details)
+
+    def rate(self, load: Load, tolerance: float) -> CheckResult:
+        target = load.request_rate
+        if not target:
+            return CheckResult(
+                name=RATE, status=Status.SKIPPED, summary="not a rate run (no request_rate)"
+            )
+        n = len(self._starts)
+        needed = math.ceil((3 / tolerance) ** 2)
+        details: dict[str, Any] = {
+            "target_per_s": target,
+            "arrivals": n,
+            "tolerance": tolerance,
+            "arrivals_needed": needed,
+        }
+        if n < 2:
+            summary = f"{n} root arrival(s): too few to measure a rate"
+            return CheckResult(name=RATE, status=Status.SKIPPED, summary=summary, details=details)
+        window_ns = max(self._starts) - min(self._starts)
+        if window_ns <= 0:
+            summary = f"all {n} roots arrived at the same instant"
+            return CheckResult(name=RATE, status=Status.SKIPPED, summary=summary, details=details)
+        measured = (n - 1) / (window_ns / 1e9)
+        error = measured / target - 1
+        details |= {
+            "measured_per_s": round(measured, 6),
+            "relative_error": round(error, 6),
+            "window_s": round(window_ns / 1e9, 6),
+        }
+        figure = f"{measured:.4g}/s against {target:g}/s ({error:+.1%}) from {n} arrivals"
+        if 3 / math.sqrt(n) > tolerance:
+            summary = (
+                f"{figure}: Poisson noise needs {needed} arrivals for a {tolerance:.0%} verdict"
+            )
+            return CheckResult(name=RATE, status=Status.SKIPPED, summary=summary, details=details)
+        passed = abs(error) <= tolerance
+        summary = f"{figure}, tolerance {tolerance:.0%}"
+        status = Status.PASS if passed else Status.FAIL
+        return CheckResult(name=RATE, status=status, summary=summary, details=details)
+
+
+def _overlap(starts: np.ndarray, ends: np.ndarray, target: int) -> tuple[int, int, int]:
+    """Most spans open at once, when first reached, and the time spent above `target`.
+    A span ending at the instant another starts does not overlap it."""
+    times = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64)])
+    order = np.lexsort((steps, times))  # by time, ends (-1) first
+    times, open_ = times[order], np.cumsum(steps[order])
+    top = int(open_.argmax())
+    over = open_[:-1] > target  # open from each event to the next
+    over_ns = int(np.diff(times)[over].sum())
+    return int(open_[top]), int(times[top]), over_ns
+
+
+class OutputLengths:
+    """Successful ignore_eos requests with max_tokens: the reply must be that long."""
+
+    def __init__(self, options: HealthOptions) -> None:
+        self._options = options
+        self._checked = self._short = self._long = self._estimated = 0
+        self._worst = _Worst()
+
+    def add(self, record: Record) -> None:
+        meta = record.metadata
+        if not meta.ignore_eos or record.error is not None or meta.was_cancelled:
+            return
+        asked = meta.max_tokens
+        if isinstance(asked, bool) or not isinstance(asked, int | float) or asked <= 0:
+            return
+        self._checked += 1
+        found = record.metrics.output_sequence_length if record.metrics else None
+        osl = found.value if found else None
+        if osl is not None and abs(osl - asked) <= self._options.osl_allowance(asked):
+            return
+        if osl is None or osl < asked:
+            self._short += 1
+        else:
+            self._long += 1
+        self._estimated += meta.token_count_source == "estimate"
+        miss = asked if osl is None else abs(osl - asked)
+        entry = {"request_id": meta.x_request_id, "max_tokens": asked, "output_tokens": osl}
+        self._worst.add(miss, entry)
+
+    def result(self) -> CheckResult:
+        options = self._options
+        failed = self._short + self._long
+        details = {
+            "checked": self._checked,
+            "failed": failed,
+            "short": self._short,
+            "long": self._long,
+            "failed_with_estimated_counts": self._estimated,
+            "tolerance_pct": options.osl_tolerance_pct,
+            "tolerance_max_tokens": options.osl_tolerance_max_tokens,
+            "worst": self._worst.listed(),
+        }
+        if not self._checked:
+            summary = "no successful ignore_eos request with max_tokens"
+            return CheckResult(
+                name=OUTPUT_LENGTH, status=Status.SKIPPED, summary=summary, details=details
+            )
+        tolerance = (
+            f"min({options.osl_tolerance_pct:g}%, {options.osl_tolerance_max_tokens}) tokens"
+        )
+        if failed:
+            worst = details["worst"][0]
+            got = "no" if worst["output_tokens"] is None else f"{worst['output_tokens']:g}"
+            estimated = (
+                f"; {self._estimated} counted by estimate (give --tokenizer)"
+                if self._estimated
+                else ""
+            )
+            summary = (
+                f"{failed} of {self._checked} ignore_eos replies off max_tokens by more than "
+                f"{tolerance} ({self._short} short, {self._long} long); worst "
+                f"{worst['request_id']}: {got} tokens for {worst['max_tokens']:g}{estimated}"
+            )
+            status = Status.FAIL
+        else:
+            summary = f"{self._checked} ignore_eos replies within {tolerance} of max_tokens"
+            status = Status.PASS
+        return CheckResult(name=OUTPUT_LENGTH, status=status, summary=summary, details=details)
