@@ -18,7 +18,6 @@ listed in any order; they are sent parents first.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 from typing import Annotated
 
@@ -27,7 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Vali
 from dagperf.dataset.content import RequestContent
 from dagperf.dataset.loader import DatasetError, Problems, describe, jsonl_lines, load_file
 from dagperf.graph.model import Payload
-from dagperf.graph.sessions import REFUSED_CONTEXT_MODE, ContextMode, GraphNode, SessionSpec
+from dagperf.graph.sessions import (
+    REFUSED_CONTEXT_MODE,
+    ContextMode,
+    GraphNode,
+    SessionSpec,
+    parents_first,
+)
 
 NodeId = Annotated[str, Field(min_length=1)]
 
@@ -146,22 +151,8 @@ def to_spec(line: SessionGraphLine) -> SessionSpec:
 def _order(line: SessionGraphLine) -> list[int] | None:
     """Node positions parents first, otherwise in file order; None if there is a cycle."""
     position = {n.id: i for i, n in enumerate(line.nodes)}
-    waiting = [0] * len(line.nodes)
-    children: list[list[int]] = [[] for _ in line.nodes]
-    for edge in {(e.src, e.dst) for e in line.edges}:
-        src, dst = position[edge[0]], position[edge[1]]
-        children[src].append(dst)
-        waiting[dst] += 1
-    ready = [i for i, w in enumerate(waiting) if not w]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for child in children[i]:
-            waiting[child] -= 1
-            if not waiting[child]:
-                heapq.heappush(ready, child)
+    edges = {(position[e.src], position[e.dst]) for e in line.edges}
+    order = parents_first(len(line.nodes), edges)
     return order if len(order) == len(line.nodes) else None
 
 

@@ -29,7 +29,6 @@ refused, as it could run neither on its schedule nor without it. A session's `co
 
 from __future__ import annotations
 
-import heapq
 import json
 import random
 import zlib
@@ -44,7 +43,13 @@ from dagperf.dataset.loader import Problems, describe, jsonl_lines, load_file
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.gcpause import gc_paused
 from dagperf.graph.model import Payload
-from dagperf.graph.sessions import REFUSED_CONTEXT_MODE, ContextMode, GraphNode, SessionSpec
+from dagperf.graph.sessions import (
+    REFUSED_CONTEXT_MODE,
+    ContextMode,
+    GraphNode,
+    SessionSpec,
+    parents_first,
+)
 from dagperf.synthetic.prompts import passage
 
 
@@ -245,23 +250,12 @@ def _graph_problems(sid: str, session: _Session) -> Iterable[tuple[int, str]]:
 def _order(session: _Session) -> list[int]:
     """Row positions parents first, otherwise in file order; short of all rows on a cycle."""
     position = {_context(row).node_id: i for i, (_, row) in enumerate(session.rows)}
-    waiting = [0] * len(session.rows)
-    children: list[list[int]] = [[] for _ in session.rows]
-    for i, (_, row) in enumerate(session.rows):
-        for parent in _context(row).parent_nodes:
-            children[position[parent]].append(i)
-            waiting[i] += 1
-    ready = [i for i, w in enumerate(waiting) if not w]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for child in children[i]:
-            waiting[child] -= 1
-            if not waiting[child]:
-                heapq.heappush(ready, child)
-    return order
+    edges = [
+        (position[parent], i)
+        for i, (_, row) in enumerate(session.rows)
+        for parent in _context(row).parent_nodes
+    ]
+    return parents_first(len(session.rows), edges)
 
 
 def _cycle(session: _Session, done: set[int]) -> list[str]:

@@ -16,6 +16,7 @@ session, else from the format's loader, else `deltas_without_responses`.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import NamedTuple
@@ -122,3 +123,24 @@ def _tree(spec: SessionSpec, loader_mode: ContextMode | None) -> Tree:
     session = Session(spec.session_id, SessionKind.ROOT, None, None, 0, 0, 0, len(nodes))
     entry = tuple(i for i, node in enumerate(spec.nodes) if not node.parents)
     return Tree((session,), nodes, entry, spec.start_s)
+
+
+def parents_first(count: int, edges: Iterable[tuple[int, int]]) -> list[int]:
+    """Positions 0..count-1 ordered parents first, otherwise in their own order, for edges
+    (parent, child); shorter than `count` when some positions lie on a cycle."""
+    waiting = [0] * count
+    children: list[list[int]] = [[] for _ in range(count)]
+    for parent, child in edges:
+        children[parent].append(child)
+        waiting[child] += 1
+    ready = [i for i, w in enumerate(waiting) if not w]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for child in children[i]:
+            waiting[child] -= 1
+            if not waiting[child]:
+                heapq.heappush(ready, child)
+    return order
