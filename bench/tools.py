@@ -63,6 +63,23 @@ def dataset(path: Path, roots: int, forks: int = 0) -> Path:
     return path
 
 
+def _shared_flags(data: Path, url: str) -> list[str]:
+    """The flags both tools take alike: the same dataset, server and request shape."""
+    return [
+        "--input-file",
+        str(data),
+        "--custom-dataset-type",
+        "dag_jsonl",
+        "--url",
+        url,
+        "--model",
+        "m",
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+    ]
+
+
 class Dagperf:
     name = "dagperf"
     retries = 0
@@ -76,22 +93,12 @@ class Dagperf:
             "-m",
             "dagperf",
             "profile",
-            "--input-file",
-            str(data),
-            "--custom-dataset-type",
-            "dag_jsonl",
-            "--url",
-            url,
-            "--model",
-            "m",
-            "--endpoint-type",
-            "chat",
-            "--streaming",
+            *_shared_flags(data, url),
             "--artifact-dir",
             str(out),
             "--quiet",
             "--workers",
-            "2",
+            str(self.workers),
             *load,
         ]
 
@@ -112,17 +119,7 @@ class AIPerf:
         return [
             self.executable,
             "profile",
-            "--input-file",
-            str(data),
-            "--custom-dataset-type",
-            "dag_jsonl",
-            "--url",
-            url,
-            "--model",
-            "m",
-            "--endpoint-type",
-            "chat",
-            "--streaming",
+            *_shared_flags(data, url),
             "--tokenizer",
             "local/tiny-bpe",
             "--ui-type",
