@@ -181,11 +181,6 @@ async def sim():
         yield running
 
 
-def names(run) -> dict[str, dict]:
-    """Records by node id (its turn index in the one conversation of its session)."""
-    return {r["metadata"]["turn_index"]: r for r in run.records}
-
-
 async def run_graph(sim, tmp_path, *lines, flags=()):
     return await profile(
         sim, tmp_path, list(lines), "--custom-dataset-type", "session_graph", "--workers", "2",
@@ -198,11 +193,9 @@ async def test_a_diamond_waits_for_both_parents_and_continues_only_its_history_p
 ):
     run = await run_graph(sim, tmp_path, DIAMOND)
     assert run.returncode == 0, run.stderr
-    plan, b, a, merge = (run.one(f"d:{i}") for i in range(4))
-    body = {k: run.served[r["metadata"]["x_request_id"]].body["messages"] for k, r in
-            zip("plan b a merge".split(), (plan, b, a, merge), strict=True)}  # fmt: skip
-    reply = {k: {"role": "assistant", "content": run.served[r["metadata"]["x_request_id"]].reply}
-             for k, r in zip("plan b a".split(), (plan, b, a), strict=True)}  # fmt: skip
+    b, a, merge = (run.one(f"d:{i}") for i in range(1, 4))  # sent parents first
+    body = {k: run.body(f"d:{i}")["messages"] for i, k in enumerate(("plan", "b", "a", "merge"))}
+    reply = {k: run.reply(f"d:{i}") for i, k in enumerate(("plan", "b", "a"))}
     assert body["plan"] == [user("plan")]
     assert body["b"] == [user("b")]  # a parent that is not its history: a fresh context
     assert body["a"] == [user("plan"), reply["plan"], user("a")]

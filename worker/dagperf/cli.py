@@ -59,10 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Run a benchmark on this machine: the scheduler here, --workers worker "
         "processes, and, without --url, the built-in simulated LLM.",
     )
-    _dataset_flags(profile)
-    _endpoint_flags(profile, url_required=False)
-    _add_model_flags(profile, LoadConfig, "load")
-    _add_model_flags(profile, HealthOptions, "health checks (after the run)", prefix="health-")
+    _benchmark_flags(profile, url_required=False)
     profile.add_argument(
         "--workers",
         type=int,
@@ -81,10 +78,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the scheduler: bind a ZeroMQ ROUTER, wait for workers, run the "
         "benchmark, write the exports.",
     )
-    _dataset_flags(scheduler)
-    _endpoint_flags(scheduler, url_required=True)
-    _add_model_flags(scheduler, LoadConfig, "load")
-    _add_model_flags(scheduler, HealthOptions, "health checks (after the run)", prefix="health-")
+    _benchmark_flags(scheduler, url_required=True)
     roles = scheduler.add_argument_group("scheduler")
     roles.add_argument(
         "--bind", default="tcp://0.0.0.0:5555", help="ZeroMQ address (default: %(default)s)"
@@ -144,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Check a dataset file. Exit 0 with a summary, or 1 with every problem as "
         "FILE:LINE: message.",
     )
-    validate.add_argument("file", metavar="FILE", nargs="?", help="a dataset file")
+    validate.add_argument("input_file", metavar="FILE", nargs="?", help="a dataset file")
     validate.add_argument(
         "--custom-dataset-type",
         choices=DATASET_TYPES,
@@ -188,6 +182,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # --- flag groups -----------------------------------------------------------------------------
+
+
+def _benchmark_flags(parser: argparse.ArgumentParser, url_required: bool) -> None:
+    """What every command that runs a benchmark takes: dataset, endpoint, load, health."""
+    _dataset_flags(parser)
+    _endpoint_flags(parser, url_required)
+    _add_model_flags(parser, LoadConfig, "load")
+    _add_model_flags(parser, HealthOptions, "health checks (after the run)", prefix="health-")
 
 
 def _dataset_flags(parser: argparse.ArgumentParser) -> None:
@@ -395,8 +397,7 @@ def _load_graph(
     parser: argparse.ArgumentParser, args: argparse.Namespace, out: typing.TextIO = sys.stderr
 ) -> RequestGraph | None:
     """The graph the flags name, or None after printing every problem with it."""
-    path = args.input_file if hasattr(args, "input_file") else args.file
-    config = args.session_config
+    path, config = args.input_file, args.session_config
     if (path is None) == (config is None):
         parser.error("give a dataset file or --session-config FILE (one of them)")
     kind = "session config" if config else args.custom_dataset_type
@@ -417,8 +418,8 @@ def _load_and_schedule(
         return None
     try:
         load = resolve_schedule(_default_stop(load, graph), graph)
-    except DatasetError as e:
-        parser.error(e.problems[0].message)
+    except ValueError as e:
+        parser.error(str(e))
     return graph, load
 
 
@@ -629,7 +630,7 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     graph = _load_graph(parser, args, out=sys.stdout)
     if graph is None:
         return 1
-    name = args.session_config or args.file
+    name = args.session_config or args.input_file
     figures = summary(graph)
     if args.json:
         keys = {name: name.lower().replace(" ", "_") for name in figures}

@@ -89,20 +89,12 @@ def timed(graph: RequestGraph) -> bool:
 
 def resolve_schedule(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
     """A timed dataset runs on its schedule unless a concurrency or rate is asked for (or
-    --no-fixed-schedule); --fixed-schedule on a dataset without times is refused."""
+    --no-fixed-schedule); --fixed-schedule on a dataset without times is a ValueError."""
     if load.fixed_schedule is None:
         auto = timed(graph) and not load.concurrency and not load.request_rate
         return load.model_copy(update={"fixed_schedule": auto})
     if load.fixed_schedule and not timed(graph):
-        raise DatasetError(
-            [
-                Problem(
-                    graph.source,
-                    None,
-                    "--fixed-schedule needs a start time for every session (trace timestamps)",
-                )
-            ]
-        )
+        raise ValueError("--fixed-schedule needs a start time for every session (trace timestamps)")
     return load
 
 

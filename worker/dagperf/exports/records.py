@@ -19,10 +19,9 @@ from dagperf.protocol import Result
 
 
 def record(
-    flight: Flight, result: Result, issued_ns: int, params: dict[str, Any] | None = None
+    flight: Flight, result: Result, issued_ns: int, params: dict[str, Any]
 ) -> dict[str, Any]:
     """One line; `params` are the body fields the request was sent with."""
-    params = params or {}
     run = flight.run
     tree = run.tree
     node = tree.nodes[flight.node]
