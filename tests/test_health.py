@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import numpy as np
 import pytest
 
 from dagperf.health import (
@@ -22,6 +26,7 @@ from dagperf.health import (
     health_command,
     render,
 )
+from dagperf.health.checks import Arrivals, Record, Roots, _overlap
 
 from dagfile import conv, encode, turn, user
 
@@ -58,6 +63,8 @@ def record(
     error: bool = False,
     ack: bool = True,
     cancelled: bool = False,
+    turns: int | None = None,
+    dependents: int | None = None,
     ids=rid,
 ) -> dict[str, Any]:
     """One profile_export.jsonl line; `session` defaults to the root's own conversation."""
@@ -70,6 +77,7 @@ def record(
             "root_correlation_id": ids(root),
             "conversation_id": session or root,
             "turn_index": 0,
+            "turn_count": turns,
             "request_start_ns": ns(start),
             "request_ack_ns": ns(start + 1) if ack else None,
             "request_end_ns": ns(end),
@@ -78,6 +86,7 @@ def record(
             "branch_mode": None if session is None else "fork",
             "depends_on": [ids(d) for d in deps],
             "delay_ms": delay_ms,
+            "dependents": dependents,
             "max_tokens": max_tokens,
             "ignore_eos": ignore_eos,
             "token_count_source": "usage",
@@ -110,7 +119,7 @@ def tree(n: int, at: float, lateness: float = 1.0) -> list[dict[str, Any]]:
     root = f"root{n}"
     child, second = at + 3 + lateness, at + 3 + 1 + lateness
     return [
-        record(f"{root}:0", at, at + 3, root=root),
+        record(f"{root}:0", at, at + 3, root=root, turns=2, dependents=2),
         record(
             f"{root}/child",
             child,
@@ -121,8 +130,19 @@ def tree(n: int, at: float, lateness: float = 1.0) -> list[dict[str, Any]]:
             max_tokens=100,
             ignore_eos=True,
             osl=98,
+            turns=1,
+            dependents=0,
         ),
-        record(f"{root}:1", second, second + 1, root=root, deps=(f"{root}:0",), delay_ms=1),
+        record(
+            f"{root}:1",
+            second,
+            second + 1,
+            root=root,
+            deps=(f"{root}:0",),
+            delay_ms=1,
+            turns=2,
+            dependents=0,
+        ),
     ]
 
 
@@ -327,6 +347,60 @@ def test_a_root_starting_as_another_ends_does_not_overlap_it(tmp_path):
     records = [record("a:0", 0, 10, root="a"), record("b:0", 10, 20, root="b")]
     result = check(tmp_path, records, concurrency=1).check(CONCURRENCY)
     assert result.status is Status.PASS
+
+
+def brute_overlap(spans: list[tuple[int, int]], target: int) -> tuple[int, int, int]:
+    """The sweep by definition: open at t = spans with start <= t < end, evaluated at every
+    instant where that can change, in integer nanoseconds."""
+    times = sorted({t for span in spans for t in span})
+    open_at = [sum(s <= t < e for s, e in spans) for t in times]
+    peak = max(open_at)
+    over = sum(b - a for a, b, n in zip(times, times[1:], open_at, strict=False) if n > target)
+    return peak, times[open_at.index(peak)], over
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_overlap_sweep_agrees_with_its_definition(seed):
+    rng = random.Random(seed)
+    spans = []
+    for _ in range(rng.randint(1, 30)):
+        start = rng.randint(0, 40)  # a small range: many ties, zero-length spans
+        spans.append((start, start + rng.choice([0, 0, 1, 3, rng.randint(0, 30)])))
+    target = rng.randint(1, 6)
+    starts = np.array([s for s, _ in spans], dtype=np.int64)
+    ends = np.array([e for _, e in spans], dtype=np.int64)
+    peak, at, over = _overlap(starts, ends, target)
+    expected_peak, expected_at, expected_over = brute_overlap(spans, target)
+    assert (peak, over) == (expected_peak, expected_over)
+    if peak:  # with nothing ever open, no instant is the peak's
+        assert at == expected_at
+
+
+def test_memory_follows_what_is_in_flight_not_the_run(tmp_path):
+    """With the counts the engine writes, a request's end is dropped once its dependents are
+    read and a root closes with its last turn; a file without them keeps everything to the
+    end (older versions). Both give the same verdicts."""
+    lines = good_run(roots=2000)
+    older = [
+        {**line, "metadata": {**line["metadata"], "turn_count": None, "dependents": None}}
+        for line in lines
+    ]
+    kept = {}
+    for name, run in (("current", lines), ("older", older)):
+        arrivals, roots = Arrivals(HealthOptions()), Roots()
+        most = 0
+        for line in run:
+            meta = msgspec.convert(line, Record).metadata
+            arrivals.add(meta, failed=False)
+            roots.add(meta)
+            most = max(most, arrivals.retained + roots.retained)
+        kept[name] = most
+    assert kept == {"current": 2, "older": 4 * 2000}  # ends of 3 records, 1 root, per tree
+
+    current = check(tmp_path / "current", lines, concurrency=2, request_rate=100.0)
+    old = check(tmp_path / "older", older, concurrency=2, request_rate=100.0)
+    assert [c.details for c in current.checks] == [c.details for c in old.checks]
+    assert current.passed
 
 
 def test_without_a_limit_the_engine_default_of_one_applies(tmp_path):
@@ -592,3 +666,17 @@ def test_a_real_run_passes(tmp_path):
     assert report.check(ARRIVAL).details["dependent_requests"] == 6 * 6
     assert report.check(CONCURRENCY).details["max_observed"] == 2
     assert report.check(OSL).details["checked"] == 6 * 7
+
+    # The counts that bound the check's memory are the run's own: every request named in as
+    # many depends_on as its `dependents`, every conversation with `turn_count` records.
+    metas = [
+        json.loads(line)["metadata"]
+        for line in (directory / "profile_export.jsonl").read_text().splitlines()
+    ]
+    named = Counter(d for meta in metas for d in meta["depends_on"])
+    assert [meta["dependents"] for meta in metas] == [named[m["x_request_id"]] for m in metas]
+    # per root, named: turn 0 by both forks' first turns, the spawn and turn 1; fork a's first
+    # turn by its second; the spawn by the join (turn 1); turn 1 by turn 2
+    assert sum(meta["dependents"] for meta in metas) == 6 * 7
+    turns = Counter(meta["x_correlation_id"] for meta in metas)
+    assert [meta["turn_count"] for meta in metas] == [turns[m["x_correlation_id"]] for m in metas]

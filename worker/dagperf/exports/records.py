@@ -34,6 +34,7 @@ def record(
         "x_correlation_id": run.correlation[node.session],
         "conversation_id": session.conversation_id,
         "turn_index": node.turn,
+        "turn_count": session.turn_count,
         "credit_issued_ns": issued_ns,
         "request_start_ns": result.start_ns,
         "request_ack_ns": result.ack_ns,
@@ -53,6 +54,8 @@ def record(
             run.request_ids[d] for d in (*node.deps, *node.join_deps) if run.request_ids[d]
         ],
         "delay_ms": node.delay_s * 1000,
+        # How many records will name this one: the health check forgets it after the last.
+        "dependents": len(node.dependents),
         # What the health check compares the output length with.
         "max_tokens": params.get("max_tokens", params.get("max_completion_tokens")),
         "ignore_eos": bool(params.get("ignore_eos")),

@@ -1,13 +1,15 @@
 """The four checks, each an accumulator fed one record at a time, then asked for its verdict.
 
-Memory follows what the checks need, not the file. Records arrive as msgspec structs holding only
-the fields read here (the decoder skips the rest without building it). Per request, the arrival
-check keeps one dict entry (request id -> end ns, the id packed into its 16 uuid bytes) and, per
-dependent request, an 8-byte lateness for the percentiles; per root session, its first start and
-last end; the rest is counters and five-entry heaps of the worst offenders. End times are kept
-for every request because a record does not say how many children will name it; a child is
-judged as it is read when its dependencies came first (as the engine writes them), and held
-back only otherwise.
+Memory follows what is in flight, not the size of the run. Records arrive as msgspec structs
+holding only the fields read here (the decoder skips the rest without building it). A request's
+end time is kept only while requests that name it are still to be read: each record says how
+many will (`dependents`), and the entry goes with the last of them. A child is judged as it is
+read when its dependencies came first (as the engine writes them), and held back only
+otherwise. A root session is open from its first record until as many of its own records as it
+has turns (`turn_count`) were read, then folds into two 8-byte columns for the overlap sweep.
+Lateness goes into the same bounded distribution as the run's metrics (exact up to 65,536
+values, then 0.1% buckets). Records from older versions, without the two counts, are checked
+the same way, keeping every end and every root open until the end.
 
 Timestamps are wall-clock nanoseconds stamped in the workers. On one host they compare exactly;
 when workers span hosts, clock offsets show up as lateness, which `early_tolerance_ms` forgives.
@@ -39,6 +41,7 @@ from dagperf.health.report import (
     HealthOptions,
     Status,
 )
+from dagperf.metrics.summary import Distribution
 
 WORST = 5  # offenders listed per check
 
@@ -58,7 +61,9 @@ class Metadata(msgspec.Struct):
     request_end_ns: int | None = None
     x_correlation_id: str | None = None
     root_correlation_id: str | None = None
+    turn_count: int | None = None  # turns of its conversation
     depends_on: list[str] = []
+    dependents: int | None = None  # requests naming this one in their depends_on
     delay_ms: float = 0.0
     max_tokens: Any = None  # whatever the body carried; only a positive number is used
     ignore_eos: bool = False
@@ -123,34 +128,55 @@ class Arrivals:
     def __init__(self, options: HealthOptions) -> None:
         self._slack = options.arrival_slack_ms
         self._tolerance = options.early_tolerance_ms
-        self._ends: dict[bytes | str, int] = {}
+        # request -> (end ns, dependents still to be read; -1 when the record did not say)
+        self._ends: dict[bytes | str, tuple[int, int]] = {}
         self._held: list[tuple[str, int, float, list[bytes | str]]] = []
-        self._lateness = array("d")  # ms, one per judged request
+        self._lateness = Distribution()  # ms, one per judged request
         self._worst = _Worst()
         self._early = self._late = 0
         self._no_response = 0  # failed with no response: the start may not be a send
         self._missing = 0  # dependency references with no record
         self._unverifiable = 0  # requests left out for it
 
+    @property
+    def retained(self) -> int:
+        """End times still kept: what this check's memory grows with."""
+        return len(self._ends) + len(self._held)
+
     def add(self, meta: Metadata, failed: bool) -> None:
-        if meta.request_end_ns is not None:
-            self._ends[_key(meta.x_request_id)] = meta.request_end_ns
+        if meta.request_end_ns is not None and meta.dependents != 0:
+            left = -1 if meta.dependents is None else meta.dependents
+            self._ends[_key(meta.x_request_id)] = (meta.request_end_ns, left)
         if not meta.depends_on:
             return
+        deps = [_key(d) for d in meta.depends_on]
+        ready = self._ready(deps)
         start = meta.request_start_ns
         if start is None or (failed and meta.request_ack_ns is None):
             self._no_response += 1
-            return
-        deps = [_key(d) for d in meta.depends_on]
-        ends = self._ends
-        if all(d in ends for d in deps):
-            self._judge(meta.x_request_id, start, meta.delay_ms, max(ends[d] for d in deps))
-        else:  # a dependency not read yet, or not in the file at all
+        elif ready is None:  # a dependency not read yet, or not in the file at all
             self._held.append((meta.x_request_id, start, meta.delay_ms, deps))
+        else:
+            self._judge(meta.x_request_id, start, meta.delay_ms, ready)
+
+    def _ready(self, deps: list[bytes | str]) -> int | None:
+        """The last of the dependencies' ends, each reference counted off its dependency
+        (a child named twice counts twice, as `dependents` does); None while one is unread."""
+        ends = self._ends
+        if not all(d in ends for d in deps):
+            return None
+        ready = max(ends[d][0] for d in deps)
+        for d in deps:
+            end, left = ends[d]
+            if left == 1:
+                del ends[d]
+            elif left > 1:
+                ends[d] = (end, left - 1)
+        return ready
 
     def _judge(self, request_id: str, start: int, delay_ms: float, ready: int) -> None:
         lateness = (start - ready) / 1e6 - delay_ms
-        self._lateness.append(lateness)
+        self._lateness.add(lateness)
         if lateness < -self._tolerance:
             self._early += 1
             excess = -lateness - self._tolerance
@@ -169,10 +195,10 @@ class Arrivals:
                 self._missing += missing
                 self._unverifiable += 1
             else:
-                self._judge(request_id, start, delay_ms, max(ends[d] for d in deps))
+                self._judge(request_id, start, delay_ms, max(ends[d][0] for d in deps))
         self._held.clear()
-        lateness = np.frombuffer(self._lateness, dtype=np.float64)
-        n = len(lateness)
+        lateness = self._lateness
+        n = lateness.count
         details: dict[str, Any] = {
             "dependent_requests": n,
             "early": self._early,
@@ -216,18 +242,12 @@ class Arrivals:
         return CheckResult(name=ARRIVAL, status=status, summary=summary, details=details)
 
 
-def _distribution(values: np.ndarray) -> dict[str, Any]:
-    if not len(values):
+def _distribution(values: Distribution) -> dict[str, Any]:
+    if not values.count:
         return {"count": 0}
-    p50, p90, p99 = np.percentile(values, [50, 90, 99])
-    figures = {
-        "min": values.min(),
-        "p50": p50,
-        "p90": p90,
-        "p99": p99,
-        "max": values.max(),
-    }
-    return {"count": len(values), **{k: round(float(v), 3) for k, v in figures.items()}}
+    p50, p90, p99 = values.percentiles((50, 90, 99))
+    figures = {"min": values.min, "p50": p50, "p90": p90, "p99": p99, "max": values.max}
+    return {"count": values.count, **{k: round(float(v), 3) for k, v in figures.items()}}
 
 
 class Roots:
@@ -235,9 +255,16 @@ class Roots:
     requests (children run inside their root's slot, and may outlive it)."""
 
     def __init__(self) -> None:
-        self._index: dict[bytes | str, int] = {}  # root -> its slot in the two arrays
-        self._starts = array("q")
+        self._open: dict[bytes | str, list[int]] = {}  # root -> [start, end, records read]
+        self._starts = array("q")  # closed spans, for the overlap sweep
         self._ends = array("q")
+        self._first = self._last = 0  # earliest and latest root start, for the rate
+
+    @property
+    def retained(self) -> int:
+        """Root sessions still open: what this check's memory grows with, besides the
+        16 bytes per closed span."""
+        return len(self._open)
 
     def add(self, meta: Metadata) -> None:
         root = meta.root_correlation_id
@@ -246,16 +273,30 @@ class Roots:
             return
         end = start if meta.request_end_ns is None else meta.request_end_ns
         key = _key(root)
-        i = self._index.get(key)
-        if i is None:
-            self._index[key] = len(self._starts)
-            self._starts.append(start)
-            self._ends.append(end)
+        span = self._open.get(key)
+        if span is None:
+            span = self._open[key] = [start, end, 0]
         else:
-            if start < self._starts[i]:
-                self._starts[i] = start
-            if end > self._ends[i]:
-                self._ends[i] = end
+            span[0] = min(span[0], start)
+            span[1] = max(span[1], end)
+        span[2] += 1
+        if span[2] == meta.turn_count:
+            del self._open[key]
+            self._close(span)
+
+    def _close(self, span: list[int]) -> None:
+        start = span[0]
+        if not self._starts:
+            self._first = self._last = start
+        self._first, self._last = min(self._first, start), max(self._last, start)
+        self._starts.append(start)
+        self._ends.append(span[1])
+
+    def _close_all(self) -> None:
+        """Roots whose every turn was not read (failed, skipped, or an older file)."""
+        for span in self._open.values():
+            self._close(span)
+        self._open.clear()
 
     def concurrency(self, load: Load) -> CheckResult:
         target, source = load.concurrency, "concurrency"
@@ -267,6 +308,7 @@ class Roots:
                 status=Status.SKIPPED,
                 summary="no concurrency limit set (arrivals by rate or schedule)",
             )
+        self._close_all()
         roots = len(self._starts)
         if not roots:
             return CheckResult(
@@ -283,7 +325,7 @@ class Roots:
             "target_source": source,
             "roots": roots,
             "max_observed": peak,
-            "peak_at_ms": _ms(peak_at - int(starts.min())),
+            "peak_at_ms": _ms(peak_at - self._first),
             "time_over_target_ms": _ms(over_ns),
         }
         limit = f"limit {target}" + (" by default" if source == "default" else "")
@@ -304,6 +346,7 @@ class Roots:
             return CheckResult(
                 name=RATE, status=Status.SKIPPED, summary="not a rate run (no request_rate)"
             )
+        self._close_all()
         n = len(self._starts)
         needed = math.ceil((3 / tolerance) ** 2)
         details: dict[str, Any] = {
@@ -315,7 +358,7 @@ class Roots:
         if n < 2:
             summary = f"{n} root arrival(s): too few to measure a rate"
             return CheckResult(name=RATE, status=Status.SKIPPED, summary=summary, details=details)
-        window_ns = max(self._starts) - min(self._starts)
+        window_ns = self._last - self._first
         if window_ns <= 0:
             summary = f"all {n} roots arrived at the same instant"
             return CheckResult(name=RATE, status=Status.SKIPPED, summary=summary, details=details)
@@ -340,15 +383,21 @@ class Roots:
 
 def _overlap(starts: np.ndarray, ends: np.ndarray, target: int) -> tuple[int, int, int]:
     """Most spans open at once, when first reached, and the time spent above `target`.
-    A span ending at the instant another starts does not overlap it."""
-    times = np.concatenate([starts, ends])
-    steps = np.concatenate([np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64)])
-    order = np.lexsort((steps, times))  # by time, ends (-1) first
-    times, open_ = times[order], np.cumsum(steps[order])
-    top = int(open_.argmax())
-    over = open_[:-1] > target  # open from each event to the next
-    over_ns = int(np.diff(times)[over].sum())
-    return int(open_[top]), int(times[top]), over_ns
+    A span ending at the instant another starts does not overlap it. Sorts the two columns
+    in place and works on them apart, so the sweep needs no merged copy of both.
+
+    Open at t: (starts <= t) - (ends <= t). It peaks at a start. It exceeds `target` from
+    the (j + target)-th start to the j-th end, in the stretch where exactly j spans ended."""
+    starts.sort()
+    ends.sort()
+    open_at_starts = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, "right")
+    top = int(open_at_starts.argmax())
+    over_ns = 0
+    if target < len(starts):
+        j = np.arange(len(starts) - target)
+        after = np.maximum(starts[j + target], np.concatenate([[starts[0]], ends[j[1:] - 1]]))
+        over_ns = int(np.clip(ends[j] - after, 0, None).sum())
+    return int(open_at_starts[top]), int(starts[top]), over_ns
 
 
 class OutputLengths:
