@@ -1,11 +1,9 @@
 """One timed HTTP exchange with the server under test.
 
-The clock starts when the request has been written to the connection (aiohttp's trace signal
-for a sent body chunk), not when it was handed to aiohttp: under load, acquiring a connection
-and writing can wait behind other tasks, and that wait is the client's, not the server's. Each
-network read is stamped as it arrives, and every event in it that carries output (content,
-reasoning or a tool call) takes that stamp. Several events in one read share a stamp, as they
-arrived together.
+The clock starts as the request is written to its connection, not when it was handed over:
+waiting for a connection is the client's time, not the server's. Each network read is stamped
+as it arrives, and every event in it that carries output (content, reasoning or a tool call)
+takes that stamp. Several events in one read share a stamp, as they arrived together.
 
 Nothing escapes as an exception except cancellation: HTTP errors, error events in a stream,
 malformed bodies, timeouts and refused or dropped connections all end up in `error`, with an
@@ -14,11 +12,12 @@ HTTP code where there is one.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import aiohttp
-
+from dagperf.http1 import HTTPError, Pool, Response
 from dagperf.protocol import ErrorInfo
 from dagperf.replies import MalformedResponse, Reply, ServerError, decode
 from dagperf.sse import SSEParser
@@ -39,25 +38,30 @@ class Exchange:
     reply: Reply = field(default_factory=Reply)
     streamed: bool = False
     error: ErrorInfo | None = None
+    on_written: Callable[[], None] | None = None  # called once, as the body goes out
 
 
 async def exchange(
-    session: aiohttp.ClientSession,
-    url: str,
+    pool: Pool,
     body: bytes,
     headers: dict[str, str],
-    timeout: aiohttp.ClientTimeout,
+    timeout_s: float | None,
     out: Exchange,
     streaming: bool = True,
 ) -> None:
     """Send one request and fill `out`; `out` keeps what happened so far if cancelled.
     `streaming` says events were asked for, so a body that is not JSON is read as a stream."""
-    out.start_ns = time.time_ns()  # until the trace stamps the write, in case none happens
-    out.start_perf = time.perf_counter_ns()
+
+    def sent() -> None:
+        out.start_perf = time.perf_counter_ns()
+        out.start_ns = time.time_ns()
+        if out.on_written is not None:
+            written, out.on_written = out.on_written, None
+            written()
+
+    sent()  # until the request is written, in case it never is
     try:
-        async with session.post(
-            url, data=body, headers=headers, timeout=timeout, trace_request_ctx=out
-        ) as response:
+        async with asyncio.timeout(timeout_s), pool.post(body, headers, sent) as response:
             out.ack_ns = time.time_ns()
             if response.status >= 400:
                 out.error = _http_error(response.status, response.reason, await response.read())
@@ -73,23 +77,19 @@ async def exchange(
     except MalformedResponse as e:
         out.error = ErrorInfo(None, "MalformedResponse", str(e))
     except TimeoutError:
-        out.error = ErrorInfo(
-            None, "TimeoutError", f"no complete response within {timeout.total} s"
-        )
-    except aiohttp.ClientConnectorError as e:
-        out.error = ErrorInfo(None, "ConnectionError", str(e))
-    except aiohttp.ClientError as e:  # disconnects, payload errors, bad HTTP from the server
-        out.error = ErrorInfo(None, type(e).__name__, str(e) or type(e).__name__)
+        out.error = ErrorInfo(None, "TimeoutError", f"no complete response within {timeout_s} s")
+    except HTTPError as e:  # refused, dropped, not HTTP
+        out.error = ErrorInfo(None, e.kind, str(e))
     finally:
         out.end_perf = time.perf_counter_ns()
         out.end_ns = out.start_ns + (out.end_perf - out.start_perf)
 
 
-async def _read_stream(response: aiohttp.ClientResponse, out: Exchange) -> None:
+async def _read_stream(response: Response, out: Exchange) -> None:
     parser = SSEParser()
     reply = out.reply
     stamps = out.output_perf
-    async for chunk in response.content.iter_any():
+    while chunk := await response.chunk():
         now = time.perf_counter_ns()
         for event in parser.feed(chunk):
             if event.data == _DONE:
@@ -101,22 +101,6 @@ async def _read_stream(response: aiohttp.ClientResponse, out: Exchange) -> None:
     for event in parser.close():
         if event.data != _DONE and reply.add_chunk(event.data):
             stamps.append(time.perf_counter_ns())
-
-
-async def _written(
-    session: aiohttp.ClientSession, context: object, params: aiohttp.TraceRequestChunkSentParams
-) -> None:
-    out = context.trace_request_ctx  # type: ignore[attr-defined]
-    if isinstance(out, Exchange):
-        out.start_perf = time.perf_counter_ns()
-        out.start_ns = time.time_ns()
-
-
-def timing_trace() -> aiohttp.TraceConfig:
-    """The trace that stamps when each request's body has been written; give it to the session."""
-    trace = aiohttp.TraceConfig()
-    trace.on_request_chunk_sent.append(_written)
-    return trace
 
 
 def _event_error(data: bytes) -> ServerError:
