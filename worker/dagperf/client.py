@@ -52,14 +52,17 @@ async def exchange(
     """Send one request and fill `out`; `out` keeps what happened so far if cancelled.
     `streaming` says events were asked for, so a body that is not JSON is read as a stream."""
 
-    def sent() -> None:
+    def stamp() -> None:
         out.start_perf = time.perf_counter_ns()
         out.start_ns = time.time_ns()
+
+    def sent() -> None:
+        stamp()
         if out.on_written is not None:
             written, out.on_written = out.on_written, None
             written()
 
-    sent()  # until the request is written, in case it never is
+    stamp()  # until the request is written, in case it never is
     try:
         async with asyncio.timeout(timeout_s), pool.post(body, headers, sent) as response:
             out.ack_ns = time.time_ns()
