@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,3 +37,16 @@ def test_code_is_ruff_clean():
         [ruff, "format", "--check", *paths], cwd=ROOT, capture_output=True, text=True
     )
     assert form.returncode == 0, form.stdout
+
+
+def test_a_worker_starts_without_the_server_side_libraries():
+    """Every worker process reads the whole command line; launch time is the imports. The
+    simulator's aiohttp and the health check's numpy load only where they are used."""
+    probe = (
+        "import sys, dagperf.cli, dagperf.worker; "
+        "print(sorted({'aiohttp', 'numpy'} & {m.split('.')[0] for m in sys.modules}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"

@@ -28,7 +28,7 @@ from dagperf.dataset import DatasetError
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
 from dagperf.logs import LOG_FORMATS, setup_logging
-from dagperf.simulator import SimConfig, serve_simulator
+from dagperf.simulator import SimConfig
 from dagperf.sources import FILE_TYPES, load_graph, resolve_schedule, summary, synthetic_graph
 
 DATASET_TYPES = tuple(FILE_TYPES)
@@ -648,6 +648,8 @@ def _health(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dagperf.simulator import serve_simulator
+
     config = _model_from_flags(parser, args, SimConfig)
     serve_simulator(config, args.host, args.port)
     return 0

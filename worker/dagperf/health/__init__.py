@@ -22,11 +22,10 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import msgspec
 
-from dagperf.health.checks import Arrivals, Load, OutputLengths, Record, Roots
 from dagperf.health.report import (
     CheckResult,
     HealthError,
@@ -54,7 +53,13 @@ SUMMARY_FILE = "profile_export_aiperf.json"
 REPORT_FILE = "health_check.json"
 
 
+if TYPE_CHECKING:  # the checks (and numpy) load when a run is checked, not with every CLI
+    from dagperf.health.checks import Load, Record
+
+
 def _read_load(path: Path) -> Load:
+    from dagperf.health.checks import Load
+
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -78,6 +83,8 @@ def _read_load(path: Path) -> Load:
 
 
 def _read_records(path: Path) -> Iterator[Record]:
+    from dagperf.health.checks import Record
+
     decode = msgspec.json.Decoder(Record).decode
     try:
         file = path.open("rb")
@@ -99,6 +106,8 @@ def _read_records(path: Path) -> Iterator[Record]:
 
 def check_artifacts(artifact_dir: Path, options: HealthOptions | None = None) -> HealthReport:
     """Run every check on a run's artifact directory; HealthError when it cannot be read."""
+    from dagperf.health.checks import Arrivals, OutputLengths, Roots
+
     options = options or HealthOptions()
     artifact_dir = Path(artifact_dir)
     if not artifact_dir.is_dir():

@@ -1,19 +1,16 @@
-"""The built-in simulated LLM: serve it in-process (`running_simulator`) or as a command."""
+"""The built-in simulated LLM: serve it in-process (`running_simulator`) or as a command.
+
+The server and aiohttp load on first use of a name that needs them, not with the package: every
+dagperf process reads `SimConfig` for its command line, and a worker never serves.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import importlib
+from typing import Any
 
-from aiohttp import web
-
-from dagperf import loops
 from dagperf.simulator.config import SimConfig
 from dagperf.simulator.prefix_cache import PrefixCache
-from dagperf.simulator.server import SimRecord, Simulator
 
 __all__ = [
     "PrefixCache",
@@ -25,45 +22,17 @@ __all__ = [
     "serve_simulator",
 ]
 
-
-@dataclass(frozen=True)
-class RunningSimulator:
-    simulator: Simulator
-    url: str  # base URL, e.g. http://127.0.0.1:41234
-
-
-@contextlib.asynccontextmanager
-async def running_simulator(
-    config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0
-) -> AsyncIterator[RunningSimulator]:
-    """Serve a simulator on the running loop until the block exits; port 0 picks a free one."""
-    simulator = Simulator(config)
-    runner = web.AppRunner(simulator.app(), access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port, reuse_address=True)
-        await site.start()
-        bound = runner.addresses[0]
-        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-        yield RunningSimulator(simulator, f"http://{shown}:{bound[1]}")
-    finally:
-        await runner.cleanup()
+_LAZY = {
+    "RunningSimulator": "serving",
+    "running_simulator": "serving",
+    "serve_simulator": "serving",
+    "SimRecord": "server",
+    "Simulator": "server",
+}
 
 
-def serve_simulator(config: SimConfig, host: str, port: int) -> None:
-    """Serve until SIGINT or SIGTERM (the `dagperf simulate` command)."""
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        async with running_simulator(config, host, port) as sim:
-            print(f"dagperf simulator serving {config.model!r} at {sim.url}", flush=True)
-            await stop.wait()
-
-    try:
-        loops.run(main())
-    except OSError as e:  # address in use, unknown host, no permission for the port
-        message = f"dagperf simulate: cannot listen on {host}:{port}: {e.strerror or e}"
-        raise SystemExit(message) from None
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

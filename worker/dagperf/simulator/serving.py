@@ -1,0 +1,58 @@
+"""Serving the simulator: in-process (`running_simulator`) or as the `dagperf simulate` command."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from dagperf import loops
+from dagperf.simulator.config import SimConfig
+from dagperf.simulator.server import Simulator
+
+
+@dataclass(frozen=True)
+class RunningSimulator:
+    simulator: Simulator
+    url: str  # base URL, e.g. http://127.0.0.1:41234
+
+
+@contextlib.asynccontextmanager
+async def running_simulator(
+    config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[RunningSimulator]:
+    """Serve a simulator on the running loop until the block exits; port 0 picks a free one."""
+    simulator = Simulator(config)
+    runner = web.AppRunner(simulator.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        bound = runner.addresses[0]
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        yield RunningSimulator(simulator, f"http://{shown}:{bound[1]}")
+    finally:
+        await runner.cleanup()
+
+
+def serve_simulator(config: SimConfig, host: str, port: int) -> None:
+    """Serve until SIGINT or SIGTERM (the `dagperf simulate` command)."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with running_simulator(config, host, port) as sim:
+            print(f"dagperf simulator serving {config.model!r} at {sim.url}", flush=True)
+            await stop.wait()
+
+    try:
+        loops.run(main())
+    except OSError as e:  # address in use, unknown host, no permission for the port
+        message = f"dagperf simulate: cannot listen on {host}:{port}: {e.strerror or e}"
+        raise SystemExit(message) from None
