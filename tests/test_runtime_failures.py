@@ -149,7 +149,9 @@ async def test_a_killed_worker_fails_only_what_it_held(tmp_path):
             sim.url, tmp_path, lines, "--workers", "3", "--concurrency", "12"
         )
         async with asyncio.timeout(30):
-            while len(sim.simulator.records) < 14:  # the roots and some children are out
+            # The roots and every child's first turn are out: each worker holds children in
+            # flight (three 40 ms turns each), whichever is killed.
+            while len(sim.simulator.records) < 24:
                 await asyncio.sleep(0.01)
         workers = children(process.pid)
         assert len(workers) == 3
