@@ -91,7 +91,6 @@ class _Connection(asyncio.Protocol):
         self.error: HTTPError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._headers: asyncio.Future[Response] | None = None
-        self._header: bytes = b""
         self._paused = False
         self._release_on_complete = False
         self._until_close = False  # a body with no length: it ends when the connection does
