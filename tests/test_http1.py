@@ -273,6 +273,10 @@ async def test_exchange_turns_every_failure_into_an_error():
     assert dropped.error is not None and dropped.error.type == "ServerDisconnectedError"
     assert dropped.start_ns and dropped.end_ns >= dropped.start_ns
 
+    broken = Exchange()
+    await exchange(Pool(f"http://127.0.0.1:{port}/", {}), b"{}", {"X-Key": "a\r\nb"}, 5, broken)
+    assert broken.error is not None and broken.error.type == "InvalidRequest"
+
 
 def test_line_breaks_in_headers_are_refused():
     with pytest.raises(ValueError, match="line breaks"):

@@ -83,6 +83,8 @@ async def exchange(
         out.error = ErrorInfo(None, "TimeoutError", f"no complete response within {timeout_s} s")
     except HTTPError as e:  # refused, dropped, not HTTP
         out.error = ErrorInfo(None, e.kind, str(e))
+    except ValueError as e:  # a header value no HTTP request can carry (a line break)
+        out.error = ErrorInfo(None, "InvalidRequest", str(e))
     finally:
         out.end_perf = time.perf_counter_ns()
         out.end_ns = out.start_ns + (out.end_perf - out.start_perf)
