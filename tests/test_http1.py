@@ -101,17 +101,23 @@ async def test_a_request_is_one_well_formed_message_and_connections_are_kept():
     assert body == b'{"n": 1}'
 
 
-async def test_a_chunked_stream_arrives_as_it_is_written():
-    release = asyncio.Event()
+def held_stream(first: bytes, rest: bytes, release: asyncio.Event) -> Answer:
+    """A chunked event stream: `first` (chunk-framed) goes out at once, `rest` once released."""
 
-    async def stream(writer: asyncio.StreamWriter) -> bool:
+    async def answer(writer: asyncio.StreamWriter) -> bool:
         head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
-        writer.write(head + b"Transfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        writer.write(head + b"Transfer-Encoding: chunked\r\n\r\n" + first)
         await writer.drain()
         await release.wait()
-        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+        writer.write(rest)
         return True
 
+    return answer
+
+
+async def test_a_chunked_stream_arrives_as_it_is_written():
+    release = asyncio.Event()
+    stream = held_stream(b"5\r\nfirst\r\n", b"6\r\nsecond\r\n0\r\n\r\n", release)
     script = Script(stream, json_reply(b"{}"))
     async with serving(script) as url:
         pool = Pool(url, {})
@@ -130,15 +136,7 @@ async def test_a_chunked_stream_arrives_as_it_is_written():
 async def test_leaving_before_the_last_chunk_keeps_the_connection_once_it_comes():
     """A stream read up to its [DONE] event is left before the chunked body's terminator."""
     release = asyncio.Event()
-
-    async def stream(writer: asyncio.StreamWriter) -> bool:
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-        writer.write(head + b"Transfer-Encoding: chunked\r\n\r\ne\r\ndata: [DONE]\n\n\r\n")
-        await writer.drain()
-        await release.wait()
-        writer.write(b"0\r\n\r\n")
-        return True
-
+    stream = held_stream(b"e\r\ndata: [DONE]\n\n\r\n", b"0\r\n\r\n", release)
     script = Script(stream, json_reply(b"{}"))
     async with serving(script) as url:
         pool = Pool(url, {})
@@ -187,33 +185,26 @@ async def test_a_kept_connection_closed_while_idle_is_resent_once_on_a_new_one()
     assert [body for _, body in script.requests] == [b"{}", b'{"n": 2}', b'{"n": 2}']
 
 
-async def test_a_new_connection_dropped_without_an_answer_is_an_error_not_resent():
-    script = Script(hang_up)
+CUT = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"cut'
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "match"),
+    [
+        (hang_up, Disconnected, "before responding"),  # a new connection: not resent
+        (reply(CUT, keep=False), Disconnected, "during the response"),
+        (reply(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"), BadResponse, "invalid HTTP response"),
+    ],
+    ids=["dropped unanswered", "dropped mid-body", "not HTTP"],
+)
+async def test_a_broken_answer_is_an_error_naming_how(answer, error, match):
+    script = Script(answer)
     async with serving(script) as url:
         pool = Pool(url, {})
-        with pytest.raises(Disconnected, match="before responding"):
+        with pytest.raises(error, match=match):
             await post(pool)
         pool.close()
     assert len(script.requests) == 1
-
-
-async def test_a_connection_dropped_mid_body_is_an_error():
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
-    script = Script(reply(head + b'{"cut', keep=False))
-    async with serving(script) as url:
-        pool = Pool(url, {})
-        with pytest.raises(Disconnected, match="during the response"):
-            await post(pool)
-        pool.close()
-
-
-async def test_what_is_not_http_is_a_bad_response():
-    script = Script(reply(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"))
-    async with serving(script) as url:
-        pool = Pool(url, {})
-        with pytest.raises(BadResponse, match="invalid HTTP response"):
-            await post(pool)
-        pool.close()
 
 
 async def test_a_refused_connection_names_where():
