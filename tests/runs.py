@@ -196,6 +196,25 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def connected_to(pid: int, port: int) -> int:
+    """How many TCP connections process `pid` holds to loopback `port` (from /proc: the
+    process's socket inodes against the kernel's table of IPv4 TCP sockets)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+            count += 1
+    return count
+
+
 def dagperf_processes() -> set[int]:
     """Every live `python -m dagperf ...` process on the machine."""
     found = set()
