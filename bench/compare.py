@@ -65,11 +65,10 @@ async def ceilings(tools, table, tmp, zero: Running, scale) -> None:
     flat = dataset(tmp / "flat.jsonl", 64)
     launch: dict[str, float] = {}
     for tool in tools:
-        zero.ask("/reset", "POST")
         base = await run(
             tool,
             flat,
-            zero.url,
+            zero,
             tmp / f"{tool.name}-base",
             "--concurrency",
             "1",
@@ -90,17 +89,16 @@ async def ceilings(tools, table, tmp, zero: Running, scale) -> None:
             count = int((1500 if concurrency == 1 else 8000) * scale)
             if tool.name != "dagperf":
                 count //= 2  # the same seconds' worth, roughly, of a slower tool
-            zero.ask("/reset", "POST")
             result = await run(
                 tool,
                 flat,
-                zero.url,
+                zero,
                 tmp / f"{tool.name}-c{concurrency}",
                 "--concurrency",
                 str(concurrency),
                 "--request-count",
                 str(count),
-                served=lambda: zero.ask("/stats")["requests"],
+                count_served=True,
             )
             throughput[tool.name] = result.throughput
             cpu[tool.name] = result.steady_cpu_ms
@@ -129,11 +127,10 @@ async def ttft_accuracy(tools, table, tmp, timed: Running, scale) -> None:
         errors = {}
         for tool in tools:
             count = int((300 if concurrency == 1 else 1500) * scale)
-            timed.ask("/reset", "POST")
             result = await run(
                 tool,
                 flat,
-                timed.url,
+                timed,
                 tmp / f"{tool.name}-ttft{concurrency}",
                 "--concurrency",
                 str(concurrency),
@@ -168,11 +165,10 @@ async def fork_gap(tools, table, tmp, timed: Running) -> None:
         data = dataset(tmp / f"forks{forks}.jsonl", 200, forks=forks)
         every: dict[str, str] = {}
         for tool in tools:
-            timed.ask("/reset", "POST")
             result = await run(
                 tool,
                 data,
-                timed.url,
+                timed,
                 tmp / f"{tool.name}-forks{forks}",
                 "--concurrency",
                 "1",
@@ -202,17 +198,16 @@ async def idle(tools, table, tmp, slow: Running) -> None:
     flat = dataset(tmp / "flat.jsonl", 64)
     share = {}
     for tool in tools:
-        slow.ask("/reset", "POST")
         result = await run(
             tool,
             flat,
-            slow.url,
+            slow,
             tmp / f"{tool.name}-idle",
             "--concurrency",
             "1",
             "--request-count",
             "40",
-            served=lambda: slow.ask("/stats")["requests"],
+            count_served=True,
         )
         share[tool.name] = result.steady_cpu_share
     table.add(
@@ -227,17 +222,16 @@ async def scaling(table, tmp, zero: Running, scale) -> None:
     its share is what bounds the worker count a cluster can usefully add."""
     flat = dataset(tmp / "flat.jsonl", 64)
     for workers in (1, 2, 4):
-        zero.ask("/reset", "POST")
         result = await run(
             Dagperf(workers),
             flat,
-            zero.url,
+            zero,
             tmp / f"workers{workers}",
             "--concurrency",
             "64",
             "--request-count",
             str(int(8000 * scale)),
-            served=lambda: zero.ask("/stats")["requests"],
+            count_served=True,
         )
         root = result.steady_root_cpu_ms
         table.add(
@@ -249,10 +243,10 @@ async def scaling(table, tmp, zero: Running, scale) -> None:
         )
 
 
-async def long_run(table, tmp, url, requests: int) -> None:
+async def long_run(table, tmp, zero: Running, requests: int) -> None:
     flat = dataset(tmp / "flat.jsonl", 64)
     result = await run(
-        Dagperf(), flat, url, tmp / "long", "--concurrency", "64", "--request-count", str(requests)
+        Dagperf(), flat, zero, tmp / "long", "--concurrency", "64", "--request-count", str(requests)
     )
     samples = result.samples_mb
     tenth = max(1, len(samples) // 10)
@@ -297,7 +291,7 @@ async def main(args: argparse.Namespace) -> None:
                     {"dagperf": f"{routed:,.0f} req/s"},
                 )
             requests = 1_000_000 if args.million else int(200_000 * scale)
-            await long_run(table, tmp, zero.url, requests)
+            await long_run(table, tmp, zero, requests)
         finally:
             for endpoint in (zero, timed, slow):
                 endpoint.stop()

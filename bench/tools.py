@@ -21,10 +21,11 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from endpoint import Running
 
 
 @dataclass
@@ -151,16 +152,20 @@ def find_aiperf(given: str | None) -> str | None:
 async def run(
     tool: Dagperf | AIPerf,
     data: Path,
-    url: str,
+    server: Running,
     out: Path,
     *load: str,
-    served: Callable[[], int] | None = None,
+    count_served: bool = False,
     sample: bool = True,
 ) -> Run:
     """One run of a tool (tried again if the tool allows), failing loudly; its console goes to
-    `out/console.log`. `served` reads the server's request count; `sample=False` leaves the tree
-    alone (reading /proc costs CPU, which timing runs should not share with the tool)."""
+    `out/console.log`. The server is reset before every attempt, so what it recorded and counted
+    is this run's alone. `count_served` samples its request count beside the tree (for the steady
+    CPU figures); `sample=False` leaves the tree alone (reading /proc costs CPU, which timing runs
+    should not share with the tool)."""
+    url = server.url
     for attempt in range(1 + tool.retries):
+        server.ask("/reset", "POST")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         launched = time.time_ns()
         out.mkdir(parents=True, exist_ok=True)
@@ -177,8 +182,9 @@ async def run(
             while sample and not waiter.done():
                 rss_kb, cpu_s, root_s = tree_usage(process.pid)
                 samples.append(rss_kb / 1024)
-                if served is not None:
-                    progress.append((served(), cpu_s, root_s, time.monotonic()))
+                if count_served:
+                    served = server.ask("/stats")["requests"]
+                    progress.append((served, cpu_s, root_s, time.monotonic()))
                 await asyncio.wait([waiter], timeout=0.05)
             await waiter
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -208,7 +214,7 @@ def _steady(progress: list[tuple[int, float, float, float]]) -> tuple[float | No
     second), between 10% and 90% of the requests served."""
     if not progress or progress[-1][0] - progress[0][0] < 20:
         return None, None, None
-    first = progress[0][0]  # the server's count may include a failed attempt's requests
+    first = progress[0][0]  # requests served before the first sample are start-up
     total = progress[-1][0] - first
     low = next(p for p in progress if p[0] - first >= total * 0.1)
     high = next(p for p in progress if p[0] - first >= total * 0.9)
