@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 
 TOKENS = 16
+BACKLOG = 4096
 
 
 def _event(body: dict) -> bytes:
@@ -155,7 +156,9 @@ def _header_int(head: bytes, name: bytes) -> int:
 async def _serve(ttft_ms: float, itl_ms: float) -> None:
     endpoint = Endpoint(ttft_ms, itl_ms)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Protocol(endpoint), "127.0.0.1", 0)
+    # A client opening hundreds of connections at once must not overflow the accept queue
+    # (asyncio's default holds 100): a dropped SYN is retried a whole second later.
+    server = await loop.create_server(lambda: _Protocol(endpoint), "127.0.0.1", 0, backlog=BACKLOG)
     print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
     await server.serve_forever()
 

@@ -30,7 +30,9 @@ async def running_simulator(
     runner = web.AppRunner(simulator.app(), access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        # Room for every connection a high-concurrency run opens at once: past the default
+        # accept queue (128), a dropped SYN is retried a whole second later.
+        site = web.TCPSite(runner, host, port, reuse_address=True, backlog=4096)
         await site.start()
         bound = runner.addresses[0]
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
