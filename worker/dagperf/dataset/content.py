@@ -10,6 +10,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
+def with_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` as given, or a ValueError naming the first one without a role string."""
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(
+                f"each message must have a 'role' string, but message at index {index} "
+                + ("does not" if role is None else f"has role {role!r}")
+            )
+    return messages
+
+
 class RequestContent(BaseModel):
     """A request's own part: the worker adds the history and the endpoint's fields."""
 
@@ -31,14 +43,7 @@ class RequestContent(BaseModel):
     @field_validator("messages")
     @classmethod
     def _each_message_has_a_role(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for index, message in enumerate(messages):
-            role = message.get("role")
-            if not isinstance(role, str) or not role:
-                raise ValueError(
-                    f"each message must have a 'role' string, but message at index {index} "
-                    + ("does not" if role is None else f"has role {role!r}")
-                )
-        return messages
+        return with_roles(messages)
 
     @field_validator("max_tokens", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from dagperf.dataset.dag_jsonl import UNION_TAGS, Branch, DagConversation, conversation_branches
 from dagperf.dataset.rules import conversation_problems, file_problems
@@ -77,6 +77,7 @@ class DagDataset:
 
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 Reader = Callable[[Iterable[bytes], str], T]
 
 
@@ -123,6 +124,21 @@ def jsonl_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
         raw = raw.strip()
         if raw:
             yield lineno, raw
+
+
+def validated_lines(
+    lines: Iterable[bytes], model: type[M], problems: Problems, unit: str
+) -> Iterator[tuple[int, bytes, M | None]]:
+    """Numbered non-blank lines, each validated as one `model`; a line that is not one has its
+    problems added (`unit` says what a line should hold) and comes with None."""
+    for lineno, raw in jsonl_lines(lines):
+        row: M | None = None
+        try:
+            row = model.model_validate_json(raw)
+        except ValidationError as e:
+            for message in describe(e, raw, unit=unit):
+                problems.add(lineno, message)
+        yield lineno, raw, row
 
 
 class Problems:

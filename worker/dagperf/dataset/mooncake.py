@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dagperf.dataset.loader import Problems, describe, jsonl_lines, load_file
+from dagperf.dataset.content import with_roles
+from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.gcpause import gc_paused
 from dagperf.graph.model import Payload
 from dagperf.graph.sessions import ContextMode, GraphNode, SessionSpec
@@ -99,14 +100,7 @@ class MooncakeRow(BaseModel):
     @field_validator("messages")
     @classmethod
     def _each_message_has_a_role(cls, messages: list[dict[str, Any]] | None) -> Any:
-        for index, message in enumerate(messages or ()):
-            role = message.get("role")
-            if not isinstance(role, str) or not role:
-                raise ValueError(
-                    f"each message must have a 'role' string, but message at index {index} "
-                    + ("does not" if role is None else f"has role {role!r}")
-                )
-        return messages
+        return messages if messages is None else with_roles(messages)
 
 
 _INPUTS = ("input_length", "text_input", "messages")
@@ -150,13 +144,9 @@ def _read(lines: Iterable[bytes], source: str, block_size: int) -> TraceDataset:
     seen_a_line = False
     first_timed: int | None = None  # the first line with a timestamp, and without
     first_untimed: int | None = None
-    for lineno, raw in jsonl_lines(lines):
+    for lineno, _, row in validated_lines(lines, MooncakeRow, problems, "one request per line"):
         seen_a_line = True
-        try:
-            row = MooncakeRow.model_validate_json(raw)
-        except ValidationError as e:
-            for message in describe(e, raw, unit="one request per line"):
-                problems.add(lineno, message)
+        if row is None:
             continue
         errors = list(row_problems(row))
         for message in errors:

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat
 
 from dagperf.dataset.content import RequestContent
-from dagperf.dataset.loader import DatasetError, Problems, describe, jsonl_lines, load_file
+from dagperf.dataset.loader import DatasetError, Problems, load_file, validated_lines
 from dagperf.graph.model import Payload
 from dagperf.graph.sessions import (
     REFUSED_CONTEXT_MODE,
@@ -74,12 +74,10 @@ def read_session_graph(lines: Iterable[bytes], source: str) -> list[SessionSpec]
     problems = Problems(source)
     sessions: list[SessionSpec] = []
     first_line: dict[str, int] = {}
-    for lineno, raw in jsonl_lines(lines):
-        try:
-            line = SessionGraphLine.model_validate_json(raw)
-        except ValidationError as e:
-            for message in describe(e, raw, unit="one session per line"):
-                problems.add(lineno, message)
+    for lineno, _, line in validated_lines(
+        lines, SessionGraphLine, problems, "one session per line"
+    ):
+        if line is None:
             continue
         sid = line.session_id
         if sid in first_line:

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from dagperf.dataset.loader import Problems, describe, jsonl_lines, load_file
+from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.gcpause import gc_paused
 from dagperf.graph.model import Payload
@@ -145,13 +145,11 @@ def _read(lines: Iterable[bytes], source: str) -> TraceDataset:
     problems = Problems(source)
     sessions: dict[str, _Session] = {}
     seen_a_line = False
-    for lineno, raw in jsonl_lines(lines):
+    for lineno, raw, row in validated_lines(
+        lines, TimedSessionRow, problems, "one request per line"
+    ):
         seen_a_line = True
-        try:
-            row = TimedSessionRow.model_validate_json(raw)
-        except ValidationError as e:
-            for message in describe(e, raw, unit="one request per line"):
-                problems.add(lineno, message)
+        if row is None:
             sid = _session_id_of(raw)
             if sid is not None:
                 sessions.setdefault(sid, _Session()).broken = True
