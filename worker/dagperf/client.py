@@ -38,7 +38,6 @@ class Exchange:
     reply: Reply = field(default_factory=Reply)
     streamed: bool = False
     error: ErrorInfo | None = None
-    on_written: Callable[[], None] | None = None  # called once, as the body goes out
 
 
 async def exchange(
@@ -48,9 +47,11 @@ async def exchange(
     timeout_s: float | None,
     out: Exchange,
     streaming: bool = True,
+    written: Callable[[], None] | None = None,
 ) -> None:
     """Send one request and fill `out`; `out` keeps what happened so far if cancelled.
-    `streaming` says events were asked for, so a body that is not JSON is read as a stream."""
+    `streaming` says events were asked for, so a body that is not JSON is read as a stream;
+    `written` is called as the request goes out (again if it is resent)."""
 
     def stamp() -> None:
         out.start_perf = time.perf_counter_ns()
@@ -58,8 +59,7 @@ async def exchange(
 
     def sent() -> None:
         stamp()
-        if out.on_written is not None:
-            written, out.on_written = out.on_written, None
+        if written is not None:
             written()
 
     stamp()  # until the request is written, in case it never is

@@ -206,7 +206,7 @@ class Worker:
         return tuple(started)
 
     def _written(self, credit: int) -> None:
-        """An armed request is on the wire (or ended without getting there)."""
+        """An armed request is on the wire (or ended without getting there); again is harmless."""
         self._unsent.discard(credit)
         if credit in self._awaited:
             self._awaited.discard(credit)
@@ -217,8 +217,6 @@ class Worker:
         settings = self._settings
         assert settings is not None and self._pool is not None
         ex = Exchange()
-        if credit.id in self._unsent:
-            ex.on_written = lambda: self._written(credit.id)
         messages = self._context(credit)
         if messages is None:
             where = f"node {credit.history} of run {credit.run}"
@@ -231,7 +229,11 @@ class Worker:
         if settings.affinity_header:
             headers[settings.affinity_header] = credit.routing_key
         try:
-            await exchange(self._pool, raw, headers, settings.timeout_s, ex, settings.streaming)
+            armed = credit.id in self._unsent
+            written = (lambda: self._written(credit.id)) if armed else None
+            await exchange(
+                self._pool, raw, headers, settings.timeout_s, ex, settings.streaming, written
+            )
         except asyncio.CancelledError:
             now = time.time_ns()
             started = ex.start_ns or now
