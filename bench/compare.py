@@ -54,8 +54,12 @@ class Table:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
-def ratio(a: float | None, b: float | None, better: str) -> str:
-    """How many times better the first figure is (higher or lower is better)."""
+def ratio(figures: dict[str, float | None], better: str) -> str:
+    """How many times better the first tool's figure is than the second's (higher or lower is
+    better); nothing when only one tool ran or a figure is missing."""
+    if len(figures) < 2:
+        return ""
+    a, b = list(figures.values())[:2]
     if not a or not b:
         return ""
     return f"{a / b if better == 'higher' else b / a:.1f}x"
@@ -76,11 +80,10 @@ async def ceilings(tools, table, tmp, zero: Running, scale) -> None:
             "20",
         )
         launch[tool.name] = (zero.ask("/stats")["first_ns"] - base.launched_ns) / 1e9
-    names = [t.name for t in tools]
     table.add(
         "launch to first request",
         {t: f"{v:.2f} s" for t, v in launch.items()},
-        ratio(*[launch.get(n) for n in names], "lower"),
+        ratio(launch, "lower"),
     )
     rss: dict[str, float] = {}
     for concurrency in (1, 16, 64, 256):
@@ -107,17 +110,17 @@ async def ceilings(tools, table, tmp, zero: Running, scale) -> None:
         table.add(
             f"ceiling, concurrency {concurrency}",
             {t: f"{v:,.0f} req/s" for t, v in throughput.items()},
-            ratio(*[throughput.get(n) for n in names], "higher"),
+            ratio(throughput, "higher"),
         )
         table.add(
             f"CPU per request, concurrency {concurrency}",
-            {t: f"{v:.2f} ms" for t, v in cpu.items()},
-            ratio(*[cpu.get(n) for n in names], "lower"),
+            {t: f"{v:.2f} ms" if v is not None else "?" for t, v in cpu.items()},
+            ratio(cpu, "lower"),
         )
     table.add(
         "peak RSS (process tree), concurrency 64",
         {t: f"{v:.0f} MB" for t, v in rss.items()},
-        ratio(*[rss.get(n) for n in names], "lower"),
+        ratio(rss, "lower"),
     )
 
 
@@ -213,7 +216,7 @@ async def idle(tools, table, tmp, slow: Running) -> None:
     table.add(
         "CPU while waiting (concurrency 1, 200 ms server)",
         {t: f"{100 * v:.1f}% of a core" if v is not None else "?" for t, v in share.items()},
-        ratio(*[share.get(t.name) for t in tools], "lower"),
+        ratio(share, "lower"),
     )
 
 
