@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dagperf.keys import KeySet
 from dagperf.simulator import RunningSimulator, SimConfig, SimRecord, Simulator
 
 from dagfile import encode
@@ -176,6 +177,17 @@ async def gated_simulator(config: SimConfig) -> AsyncIterator[tuple[RunningSimul
     app.middlewares.append(gate.middleware)
     async with serving(app) as url:
         yield RunningSimulator(simulator, url), gate
+
+
+def key_set(directory: Path) -> Path:
+    """A key set as `dagperf keys` writes one, for roles started by hand."""
+    KeySet.generate().write(directory)
+    return directory
+
+
+def control_token(keys: Path) -> dict[str, str]:
+    """The header POST /stop needs, from a key set."""
+    return {"Authorization": f"Bearer {(keys / 'control.token').read_text().strip()}"}
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

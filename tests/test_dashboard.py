@@ -30,7 +30,7 @@ from dagperf.simulator import SimConfig
 
 from dagfile import conv, turn, user
 from prom import PROMTOOL, SCRAPE_INTERVAL_S, api, scraping
-from runs import Run, eventually, finish, gated_simulator, start_profile
+from runs import Run, control_token, eventually, finish, gated_simulator, key_set, start_profile
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "charts/dagperf/dashboards/dagperf.json"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -249,8 +249,9 @@ async def run_scraped(tmp_path: Path) -> tuple[dict[Query, list[dict[str, Any]]]
     async with scraping(tmp_path / "prometheus") as (prometheus, target):
         async with gated_simulator(config) as (sim, gate), aiohttp.ClientSession() as session:
             started = time.time()
+            keys = key_set(tmp_path / "keys")
             process, directory = await start_profile(
-                sim.url, tmp_path, dataset(), "--streaming", "--workers", "2",
+                sim.url, tmp_path, dataset(), "--streaming", "--workers", "2", "--keys", str(keys),
                 "--concurrency", "2", "--metrics-port", str(target),
                 "--metrics-host", "127.0.0.1", "--metrics-linger", "60",
                 "--benchmark-name", BENCHMARK,
@@ -287,7 +288,8 @@ async def run_scraped(tmp_path: Path) -> tuple[dict[Query, list[dict[str, Any]]]
             finally:
                 gate.open()
                 with contextlib.suppress(aiohttp.ClientConnectionError):
-                    await (await session.post(f"{scheduler}/stop")).release()  # ends the linger
+                    stop = session.post(f"{scheduler}/stop", headers=control_token(keys))
+                    await (await stop).release()  # ends the linger
                 run = await finish(process, directory, sim)
     return results, run
 

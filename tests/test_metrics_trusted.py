@@ -14,7 +14,7 @@ from dagperf.simulator import SimConfig, running_simulator
 from dagperf.simulator.text import VOCABULARY
 
 from dagfile import conv, turn, user
-from runs import RECORDING, finish, free_port, profile, start_profile
+from runs import RECORDING, control_token, finish, free_port, key_set, profile, start_profile
 
 KNOWN = SimConfig(ttft_ms=40, itl_ms=8, output_tokens=10, prefill_ms_per_token=0)
 
@@ -207,15 +207,32 @@ async def test_summary_file_and_status_endpoint(tmp_path):
 
 
 async def test_post_stop_ends_the_run_gracefully_keeping_what_it_measured(tmp_path):
-    """What a Benchmark's `suspend` does: stop sending, finish the exports, exit 0."""
+    """What a Benchmark's `suspend` does: stop sending, finish the exports, exit 0. Without
+    the run's control token (none, or another key set's), POST /stop is refused with 401 and
+    changes nothing."""
     config = RECORDING.model_copy(update={"ttft_ms": 20})
+    keys, stranger = key_set(tmp_path / "keys"), key_set(tmp_path / "stranger")
     async with running_simulator(config) as sim:
         process, directory, port, summary_file = await start_reporting(
-            sim, tmp_path, roots(4), "--request-count", "100000", "--concurrency", "2"
-        )
+            sim, tmp_path, roots(4), "--request-count", "100000", "--concurrency", "2",
+            "--keys", str(keys),
+        )  # fmt: skip
         await status_when(port, running_with_results)
+        stop = f"http://127.0.0.1:{port}/stop"
         async with aiohttp.ClientSession() as session:
-            async with session.post(f"http://127.0.0.1:{port}/stop") as response:
+            for headers in ({}, control_token(stranger), {"Authorization": "Basic eDp5"}):
+                async with session.post(stop, headers=headers) as response:
+                    assert response.status == 401
+                    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+            before = (await status_when(port, running_with_results))["progress"]
+            await status_when(  # still running: more requests complete after the refusals
+                port,
+                lambda s: (
+                    s["progress"]["requestsCompleted"] > before["requestsCompleted"]
+                    and s["state"] == "running"
+                ),
+            )
+            async with session.post(stop, headers=control_token(keys)) as response:
                 assert response.status == 200
         run = await finish(process, directory, sim)
     assert run.returncode == 0, run.stderr

@@ -217,3 +217,19 @@ def test_rendezvous_routing_is_stable_and_moves_only_what_it_must():
     assert all(grown[k] in (after[k], "w5") for k in keys)  # a new worker only takes keys
     with pytest.raises(LookupError):
         RendezvousRouter().pick("k")
+
+
+def test_batches_keep_order_and_stay_under_the_size_limit():
+    """A peer drops a message over its MAXMSGSIZE along with the connection: batches are split
+    by count and by size, in order; one item too big for the limit still goes alone."""
+    results = [protocol.Result(i, 1, 2, 3, {"itl": [0.5] * (i % 50)}) for i in range(5000)]
+    messages = [
+        protocol.decode(frames)
+        for frames in protocol.encode_batches(protocol.Results, results, 20_000)
+    ]
+    assert [r.credit for m in messages for r in m.items] == list(range(5000))
+    assert all(len(m.items) <= protocol.BATCH for m in messages)
+    assert all(len(protocol.encode(m)[1]) <= 20_000 for m in messages)
+    huge = [protocol.Result(0, 1, 2, 3, {"itl": [0.5] * 10_000})]
+    (alone,) = protocol.encode_batches(protocol.Results, huge, 20_000)
+    assert protocol.decode(alone) == protocol.Results(huge)

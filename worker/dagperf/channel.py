@@ -43,6 +43,12 @@ class Channel:
             log.warning("dropped a message: the peer is not reading (send queue full)")
         self._recheck()
 
+    def drain(self) -> None:
+        """Handle every message waiting now, even if the loop has not yet run our reader (a
+        busy loop: what was sent may be there long before it is read)."""
+        if not self._closed:
+            self._drain()
+
     def _recheck(self) -> None:
         if not self._scheduled and self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self._scheduled = True

@@ -27,6 +27,14 @@ from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
+from dagperf.keys import (
+    FILES,
+    KEYS_ENV,
+    KeysError,
+    KeySet,
+    load_scheduler_keys,
+    load_worker_keys,
+)
 from dagperf.logs import LOG_FORMATS, setup_logging
 from dagperf.simulator import SimConfig
 from dagperf.sources import FILE_TYPES, load_graph, resolve_schedule, summary, synthetic_graph
@@ -69,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     _output_flags(profile)
     _report_flags(profile, metrics_port=None)
+    _keys_flag(
+        profile.add_argument_group("keys"),
+        "its control token is the one POST /stop must present",
+        ", else a key set made for this run alone",
+    )
     _add_model_flags(profile, SimConfig, "built-in simulator (used without --url)", prefix="sim-")
     profile.set_defaults(run=_profile)
 
@@ -83,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     roles.add_argument(
         "--bind", default="tcp://0.0.0.0:5555", help="ZeroMQ address (default: %(default)s)"
     )
+    _keys_flag(roles, "its own key pair, the workers' public key and the control token")
     roles.add_argument(
         "--workers-expected",
         type=int,
@@ -112,9 +126,15 @@ def _parser() -> argparse.ArgumentParser:
         "worker",
         help="run the worker role (connects to a scheduler)",
         description="Run worker processes that send the scheduler's requests to the endpoint. "
-        "The API key comes from OPENAI_API_KEY.",
+        "Where they go (--url) and the API key (OPENAI_API_KEY) are the worker's own settings, "
+        "never the scheduler's.",
     )
     worker.add_argument("--scheduler", required=True, help="the scheduler's ZeroMQ address")
+    _keys_flag(worker, "the workers' key pair and the scheduler's public key")
+    worker.add_argument(
+        "--url", required=True, help="the server's base URL (the scheduler's --url)"
+    )
+    worker.add_argument("--endpoint", help="request path, if not the standard one for the type")
     worker.add_argument(
         "--worker-id",
         default=os.environ.get("POD_NAME") or socket.gethostname(),
@@ -163,6 +183,18 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument("artifact_dir", metavar="ARTIFACT_DIR")
     _add_model_flags(health, HealthOptions, "tolerances")
     health.set_defaults(run=_health)
+
+    keys = commands.add_parser(
+        "keys",
+        help="make a key set for the scheduler and worker roles",
+        description="Write a new CURVE key set and control token into DIR (created 0700, files "
+        "0600): give the scheduler scheduler.public, scheduler.secret, worker.public and "
+        "control.token; give each worker scheduler.public, worker.public and worker.secret; "
+        "POST /stop needs control.token as a bearer token.",
+    )
+    keys.add_argument("directory", metavar="DIR", type=Path)
+    keys.add_argument("--force", action="store_true", help="replace a key set already there")
+    keys.set_defaults(run=_keys)
 
     simulate = commands.add_parser(
         "simulate",
@@ -317,6 +349,24 @@ def _report_options(
         "metrics_linger_s": args.metrics_linger,
         "summary_file": args.summary_file,
     }
+
+
+def _keys_flag(group: Any, holding: str, otherwise: str = "") -> None:
+    group.add_argument(
+        "--keys", metavar="DIR", type=Path,
+        default=Path(os.environ[KEYS_ENV]) if os.environ.get(KEYS_ENV) else None,
+        help=f"the key directory `dagperf keys` wrote: {holding} (default: ${KEYS_ENV}"
+        f"{otherwise}); the wire is always CURVE-authenticated and encrypted",
+    )  # fmt: skip
+
+
+def _role_keys(parser: argparse.ArgumentParser, args: argparse.Namespace, load: Any) -> Any:
+    if args.keys is None:
+        parser.error("--keys DIR is required (make a key set with `dagperf keys DIR`)")
+    try:
+        return load(args.keys)
+    except KeysError as e:
+        parser.error(f"--keys: {e}")
 
 
 def _log_flags(parser: argparse.ArgumentParser) -> None:
@@ -516,6 +566,8 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--workers: must be at least 1")
     sim = _model_from_flags(parser, args, SimConfig, prefix="sim_")
     health = _model_from_flags(parser, args, HealthOptions, prefix="health_")
+    if args.keys is not None:
+        _role_keys(parser, args, load_scheduler_keys)  # a bad key set is a usage error
     loaded = _load_and_schedule(parser, args, load)
     if loaded is None:
         return 1
@@ -532,6 +584,7 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         log_format=args.log_format,
         simulator_args=_simulator_args(sim),
         scheduler_options=options,
+        keys_dir=args.keys,
     )
     console = Console(quiet=args.quiet)
 
@@ -574,6 +627,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     from dagperf.scheduler import Artifacts, Scheduler
 
     setup_logging(args.log_format, getattr(logging, args.log_level))
+    keys = _role_keys(parser, args, load_scheduler_keys)
     fields = _endpoint_fields(parser, args)
     load = _model_from_flags(parser, args, LoadConfig)
     health = _model_from_flags(parser, args, HealthOptions, prefix="health_")
@@ -596,6 +650,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             endpoint,
             load,
             Artifacts(artifact_dir, input_config),
+            keys=keys,
             bind=args.bind,
             expected_workers=args.workers_expected,
             worker_timeout_s=args.worker_timeout,
@@ -612,18 +667,37 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from dagperf.worker import serve_workers
+    from dagperf.worker import WorkerConfig, serve_workers
 
     setup_logging(args.log_format, getattr(logging, args.log_level))
     if args.processes < 1:
         parser.error("--processes: must be at least 1")
-    return serve_workers(
-        args.scheduler,
-        args.worker_id,
-        args.processes,
+    keys = _role_keys(parser, args, load_worker_keys)
+    try:  # the same normal form as the scheduler's, which compares them
+        endpoint = EndpointConfig(url=args.url, model="-", endpoint=args.endpoint)
+    except ValidationError as e:
+        parser.error(f"--url: {e.errors(include_url=False)[0]['msg']}")
+    config = WorkerConfig(
+        args.scheduler, args.worker_id, keys, endpoint.url, endpoint.endpoint,
         args.scheduler_timeout,
-        [f"--log-format={args.log_format}", f"--log-level={args.log_level}"],
-    )
+    )  # fmt: skip
+    log_flags = [f"--log-format={args.log_format}", f"--log-level={args.log_level}"]
+    return serve_workers(config, str(args.keys), args.processes, log_flags)
+
+
+def _keys(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    present = [name for name in FILES if (args.directory / name).exists()]
+    if present and not args.force:
+        print(f"dagperf: {args.directory} already holds keys ({', '.join(present)}); "
+              "--force replaces them", file=sys.stderr)  # fmt: skip
+        return 1
+    try:
+        KeySet.generate().write(args.directory)
+    except OSError as e:
+        print(f"dagperf: cannot write keys to {args.directory}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"wrote a key set to {args.directory}: {', '.join(FILES)}")
+    return 0
 
 
 def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

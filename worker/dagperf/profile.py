@@ -1,10 +1,12 @@
 """`dagperf profile`: the whole engine on one machine, as the operator runs it on a cluster.
 
 The scheduler runs in this process; each worker is a `dagperf worker` child process connected
-over an IPC socket in a private temporary directory; without `--url`, a `dagperf simulate` child
-serves the run. Everything started here is stopped here, on success, failure or Ctrl-C (the
-first asks the scheduler to cancel and write what it has; a second one stops at once), and the
-socket directory is removed.
+over an IPC socket in a private (0700) temporary directory, with a CURVE key set made for this
+run alone (the workers' half written there too), so the local wire is authenticated and
+encrypted as a cluster's is; without `--url`, a `dagperf simulate` child serves the run.
+Everything started here is stopped here, on success, failure or Ctrl-C (the first asks the
+scheduler to cancel and write what it has; a second one stops at once), and the socket
+directory is removed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dagperf import loops
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.console import Console
 from dagperf.graph import RequestGraph
+from dagperf.keys import WORKER_FILES, KeySet, load_scheduler_keys
 from dagperf.scheduler import Artifacts, Outcome, Scheduler, SchedulerError
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ class LocalPlan:
     worker_log_level: str = "WARNING"
     simulator_args: tuple[str, ...] = ()
     scheduler_options: dict[str, Any] = field(default_factory=dict)  # metrics and reporting
+    keys_dir: Path | None = None  # a key set of the user's (its control token stops the run)
 
 
 async def run_local(plan: LocalPlan, console: Console) -> Outcome:
@@ -66,14 +70,22 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
             )
         endpoint = EndpointConfig(**endpoint_fields)
         plan.input_config["endpoint"] = endpoint.redacted()
-        socket_dir = Path(tempfile.mkdtemp(prefix="dagperf-"))
+        socket_dir = Path(tempfile.mkdtemp(prefix="dagperf-"))  # 0700: ours alone
         stack.callback(shutil.rmtree, socket_dir, ignore_errors=True)
+        if plan.keys_dir is None:
+            keys = KeySet.generate()
+            keys_dir = socket_dir / "keys"
+            keys.write(keys_dir, only=WORKER_FILES)
+            scheduler_keys = keys.scheduler
+        else:
+            keys_dir, scheduler_keys = plan.keys_dir, load_scheduler_keys(plan.keys_dir)
         artifacts = Artifacts(plan.artifact_dir, plan.input_config)
         scheduler = Scheduler(
             plan.graph,
             endpoint,
             plan.load,
             artifacts,
+            keys=scheduler_keys,
             bind=f"ipc://{socket_dir}/scheduler",
             expected_workers=plan.workers,
             registration_timeout_s=STARTUP_TIMEOUT_S,
@@ -83,8 +95,9 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
         env = dict(os.environ)
         if endpoint.api_key is not None:
             env["OPENAI_API_KEY"] = endpoint.api_key.get_secret_value()
+        address = f"ipc://{socket_dir}/scheduler"
         workers = [
-            await _spawn_worker(f"local-{i}", f"ipc://{socket_dir}/scheduler", plan, env)
+            await _spawn_worker(f"local-{i}", address, keys_dir, endpoint, plan, env)
             for i in range(plan.workers)
         ]
         stack.push_async_callback(_stop_all, workers)
@@ -97,8 +110,14 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
 
 
 async def _spawn_worker(
-    name: str, address: str, plan: LocalPlan, env: dict[str, str]
+    name: str,
+    address: str,
+    keys: Path,
+    endpoint: EndpointConfig,
+    plan: LocalPlan,
+    env: dict[str, str],
 ) -> tuple[str, asyncio.subprocess.Process]:
+    path = ["--endpoint", endpoint.endpoint] if endpoint.endpoint else []
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -106,6 +125,11 @@ async def _spawn_worker(
         "worker",
         "--scheduler",
         address,
+        "--keys",
+        str(keys),
+        "--url",
+        endpoint.url,
+        *path,
         "--worker-id",
         name,
         "--log-format",

@@ -11,17 +11,26 @@ the receiver logs it and carries on, so a stray or newer peer can never take a r
 
 from __future__ import annotations
 
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import msgspec
 
-VERSION = b"dagperf/1"
+VERSION = b"dagperf/2"
+# The largest message each side accepts; libzmq drops a peer that sends more before a byte of it
+# is buffered, so no peer can make the other hold a huge frame. Credits carry whole prompts;
+# results are a few hundred bytes plus per-chunk timings.
+MAX_TO_WORKER = 256 << 20
+MAX_TO_SCHEDULER = 32 << 20
+BATCH = 1024  # items in one Credits or Results message at most
+T = TypeVar("T")
 
 
 class WorkerSettings(msgspec.Struct, frozen=True):
-    """Everything a worker needs to send requests, except the API key (from its environment)."""
+    """How to send requests. Where to send them, and with which API key, a worker takes from
+    its own configuration, never from the scheduler."""
 
-    url: str  # the full request URL
     endpoint_type: str  # "chat" or "completions"
     streaming: bool
     timeout_s: float
@@ -33,6 +42,7 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     worker_id: str
     incarnation: str  # random per process: a restarted worker with the same id is a new one
     pid: int
+    url: str  # the server this worker sends to: the scheduler refuses one for another server
 
 
 class Welcome(msgspec.Struct, tag="welcome", frozen=True):
@@ -41,7 +51,11 @@ class Welcome(msgspec.Struct, tag="welcome", frozen=True):
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", frozen=True):
-    in_flight: int
+    """Liveness. A worker's come from a thread on a socket of their own, so they name the
+    worker they speak for; the scheduler's name nobody."""
+
+    worker_id: str = ""
+    incarnation: str = ""
 
 
 class Credit(msgspec.Struct, array_like=True, frozen=True):
@@ -122,6 +136,22 @@ class BadMessage(ValueError):
 
 def encode(message: Message) -> list[bytes]:
     return [VERSION, _encoder.encode(message)]
+
+
+def encode_batches(
+    make: Callable[[list[T]], Message], items: list[T], limit: int
+) -> Iterator[list[bytes]]:
+    """`items` as messages of at most BATCH items and (where one item allows) `limit` bytes,
+    in order. A batch over the limit is split in two and tried again."""
+    pending = deque(items[i : i + BATCH] for i in range(0, len(items), BATCH))
+    while pending:
+        chunk = pending.popleft()
+        frames = encode(make(chunk))
+        if len(frames[1]) > limit and len(chunk) > 1:
+            half = len(chunk) // 2
+            pending.extendleft((chunk[half:], chunk[:half]))
+            continue
+        yield frames
 
 
 def decode(frames: list[bytes]) -> Message:

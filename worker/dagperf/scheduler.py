@@ -9,6 +9,9 @@ A worker that stops heartbeating for `worker_timeout_s` (or whose process the lo
 exit) is lost: its requests in flight become error records and the sessions it held end. After
 a cancellation, results get `cancel_timeout_s` to come back before the requests still missing
 are recorded as cancelled by the scheduler itself, so a hung worker cannot hold a run open.
+
+Only workers holding the benchmark's worker key get through the CURVE handshake (`dagperf.keys`);
+a worker configured for another server than this run's is refused at Hello.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dagperf.exports.inputs import write_inputs
 from dagperf.exports.records import RecordWriter, record
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
 from dagperf.graph import Payload, RequestGraph
+from dagperf.keys import Gate, SchedulerKeys, secure_server
 from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
@@ -103,6 +107,7 @@ class Scheduler:
         load: LoadConfig,
         artifacts: Artifacts,
         *,
+        keys: SchedulerKeys,
         bind: str,
         expected_workers: int,
         heartbeat_s: float = 1.0,
@@ -120,6 +125,7 @@ class Scheduler:
     ):
         self.graph = graph
         self.endpoint = endpoint
+        self.keys = keys
         self.artifacts = artifacts
         self.bind = bind
         self.expected_workers = expected_workers
@@ -144,7 +150,6 @@ class Scheduler:
         self._params: dict[int, dict[str, Any]] = {}
         self._issued: dict[int, int] = {}
         self._settings = protocol.WorkerSettings(
-            endpoint.request_url,
             endpoint.endpoint_type,
             endpoint.streaming,
             endpoint.request_timeout_seconds,
@@ -165,14 +170,19 @@ class Scheduler:
 
     async def run(self) -> Outcome:
         loop = asyncio.get_running_loop()
-        socket = zmq.Context.instance().socket(zmq.ROUTER)
+        context = zmq.Context.instance()
+        gate = Gate(context, self.keys)
+        socket = context.socket(zmq.ROUTER)
+        secure_server(socket, self.keys)
         options = {zmq.ROUTER_HANDOVER: 1, zmq.LINGER: 0, zmq.SNDHWM: 0, zmq.RCVHWM: 0}
+        options[zmq.MAXMSGSIZE] = protocol.MAX_TO_SCHEDULER
         for option, value in options.items():
             socket.setsockopt(option, value)
         try:
             socket.bind(self.bind)
         except zmq.ZMQError as e:
             socket.close(linger=0)
+            gate.close()
             raise SchedulerError(f"cannot listen on {self.bind}: {e}") from None
         self.endpoint_url = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._channel = Channel(socket, self._on_message, self._flush)
@@ -184,7 +194,10 @@ class Scheduler:
         try:
             if self.metrics_port is not None:
                 self.status_server = StatusServer(
-                    self.status, self.live.registry if self.live else None, self.stop
+                    self.status,
+                    self.live.registry if self.live else None,
+                    self.stop,
+                    self.keys.token_matches,
                 )
                 await self.status_server.start(self.metrics_host, self.metrics_port)
                 log.info("serving /metrics and /status on port %d", self.status_server.port)
@@ -203,6 +216,7 @@ class Scheduler:
                     handle.cancel()
             self._records.close()
             self._channel.close()
+            gate.close()
         outcome = self._write_summary()
         self._state = outcome.state
         if self.status_server is not None:
@@ -267,6 +281,11 @@ class Scheduler:
         if isinstance(message, protocol.Hello):
             self._hello(worker, message)
             return
+        if isinstance(message, protocol.Heartbeat):  # from the worker's heartbeat socket
+            peer = self._peers.get(message.worker_id)
+            if peer is not None and peer.incarnation == message.incarnation:
+                peer.last_seen = time.monotonic()
+            return
         peer = self._peers.get(worker)
         if peer is None:
             log.debug("ignored a %s from unregistered worker %s", type(message).__name__, worker)
@@ -281,6 +300,14 @@ class Scheduler:
                     self._record(flight, result)
 
     def _hello(self, worker: str, hello: protocol.Hello) -> None:
+        if hello.url != self.endpoint.url:
+            log.error(
+                "refused worker %s: it sends to %s, this run measures %s",
+                worker, hello.url[:200], self.endpoint.url,
+            )  # fmt: skip
+            reason = f"this worker sends to {hello.url[:200]}, the run measures {self.endpoint.url}"
+            self._send(worker, protocol.Shutdown(reason))
+            return
         peer = self._peers.get(worker)
         if peer is not None and peer.incarnation != hello.incarnation:
             self._lose(worker, "it restarted")  # same name, new process: its histories are gone
@@ -317,12 +344,13 @@ class Scheduler:
 
     def _watch(self) -> None:
         """Every heartbeat: tell workers we live, and lose the ones that went silent."""
+        self._channel.drain()  # a busy loop may not have read heartbeats that did arrive
         now = time.monotonic()
         for worker, peer in list(self._peers.items()):
             if now - peer.last_seen > self.worker_timeout_s:
                 self._lose(worker, f"no heartbeat for {now - peer.last_seen:.1f} s")
             else:
-                self._send(worker, protocol.Heartbeat(0))
+                self._send(worker, protocol.Heartbeat())
         if self.on_progress is not None and self._enough.is_set():
             self.on_progress(self.dispatcher.progress())
         if self.live is not None:
@@ -382,7 +410,11 @@ class Scheduler:
                 self._issued[armed.credit] = now
             batches.setdefault(flight.worker, []).append(self._credit(flight))
         for worker, credits in batches.items():
-            self._send(worker, protocol.Credits(credits))
+            identity = worker.encode()
+            for frames in protocol.encode_batches(
+                protocol.Credits, credits, protocol.MAX_TO_WORKER
+            ):
+                self._channel.send([identity, *frames])
         cancels: dict[str, list[int]] = {}
         for flight in d.drain_cancels():
             cancels.setdefault(flight.worker, []).append(flight.credit)

@@ -1,6 +1,11 @@
 """The scheduler's HTTP face: /metrics for Prometheus, /status and POST /stop for the operator,
 /healthz.
 
+It listens where Prometheus and the operator can reach it, so what changes state needs a
+credential: POST /stop takes the run's control token as a bearer token (`dagperf.keys`), and
+answers 401 without it. What only reads (/metrics, /status, /healthz) stays open for scrapers and
+probes; none of it holds a secret.
+
 `/status` and the `--summary-file` share one compact shape in the camelCase of the Benchmark
 resource's status, so the operator copies them without translating: progress while the run
 goes, and the final summary (under 4 KB, a container termination message's limit) at the end.
@@ -68,10 +73,12 @@ class StatusServer:
         status: Callable[[], dict[str, Any]],
         registry: CollectorRegistry | None,
         stop: Callable[[str], None],
+        token_matches: Callable[[str], bool],
     ):
         self._status = status
         self._registry = registry
         self._stop = stop
+        self._token_matches = token_matches
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -106,5 +113,12 @@ class StatusServer:
 
     async def _stop_run(self, request: web.Request) -> web.Response:
         """End the run gracefully, keeping what it measured (a Benchmark's `suspend`)."""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not self._token_matches(token.strip()):
+            return web.json_response(
+                {"error": "POST /stop needs the run's control token as a bearer token"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="dagperf"'},
+            )
         self._stop("stopped on request")
         return web.json_response({"stopping": True})

@@ -19,7 +19,12 @@ batch wakes the scheduler, and on a small machine that costs the children's firs
 than the wait costs the results (a four-child fan-out's last child went out ~1 ms later).
 
 If the scheduler stays silent for `scheduler_timeout` seconds, the worker drops everything and
-says Hello again, so a worker pod outlives a scheduler restart.
+says Hello again, so a worker pod outlives a scheduler restart. Heartbeats go from a thread on a
+socket of their own: a loop starting 100,000 FORK children at once would send them late, and the
+scheduler would count a busy worker as lost.
+
+The wire is CURVE-encrypted and authenticated both ways (`dagperf.keys`); where requests go and
+the API key are this worker's own configuration, never the scheduler's.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -41,8 +48,10 @@ import zmq
 from dagperf import loops, protocol
 from dagperf.channel import Channel, receive
 from dagperf.client import Exchange, exchange
+from dagperf.config import ENDPOINT_PATHS
 from dagperf.endpoints import prompt_text, request_body
 from dagperf.http1 import Pool
+from dagperf.keys import WorkerKeys, secure_client
 from dagperf.metrics.record import error_metrics, request_metrics
 from dagperf.metrics.tokens import TokenCounter, TokenizerError
 
@@ -52,10 +61,24 @@ _json = msgspec.json.Encoder()
 HELLO_INTERVAL_S = 0.5
 
 
+@dataclass(frozen=True, repr=False)
+class WorkerConfig:
+    """A worker's own configuration: its scheduler, its keys and the server it sends to."""
+
+    scheduler: str
+    worker_id: str
+    keys: WorkerKeys
+    url: str  # the server's base URL (EndpointConfig's normal form)
+    endpoint: str | None = None  # the request path, when not the standard one for the type
+    scheduler_timeout: float = 30.0
+
+
 class Worker:
-    def __init__(self, scheduler: str, worker_id: str, scheduler_timeout: float = 30.0):
-        self.scheduler = scheduler
-        self.worker_id = worker_id
+    def __init__(self, config: WorkerConfig):
+        self.config = config
+        self.scheduler = config.scheduler
+        self.worker_id = config.worker_id
+        scheduler_timeout = config.scheduler_timeout
         self.scheduler_timeout = scheduler_timeout
         self.incarnation = secrets.token_hex(8)
         self._histories: dict[int, dict[int, list]] = {}  # run -> node -> [messages, uses left]
@@ -69,27 +92,24 @@ class Worker:
         self._heard = 0.0
         self._stop = asyncio.Event()
         self._welcomed = asyncio.Event()
+        self._heartbeat = _Heartbeat(config, self.incarnation)
 
     async def run(self) -> None:
-        context = zmq.Context.instance()
-        socket = context.socket(zmq.DEALER)
-        socket.setsockopt(zmq.IDENTITY, self.worker_id.encode())
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.SNDHWM, 0)
-        socket.setsockopt(zmq.RCVHWM, 0)
-        socket.connect(self.scheduler)
+        socket = _connect(self.config, self.worker_id, protocol.MAX_TO_WORKER)
         self._channel = Channel(socket, self._on_message, self._flush)
+        self._heartbeat.start()
         try:
             while not self._stop.is_set():
                 await self._register()
                 if self._welcomed.is_set():  # else stopped while waiting for a scheduler
                     await self._serve_until_silent()
         finally:
+            self._heartbeat.stop()
             await self._reset()
             self._channel.close()
 
     async def _register(self) -> None:
-        hello = protocol.Hello(self.worker_id, self.incarnation, os.getpid())
+        hello = protocol.Hello(self.worker_id, self.incarnation, os.getpid(), self.config.url)
         while not self._welcomed.is_set() and not self._stop.is_set():
             self._send(hello)
             try:
@@ -103,7 +123,7 @@ class Worker:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
-            self._send(protocol.Heartbeat(len(self._tasks)))
+            self._channel.drain()  # a busy loop may not have read what the scheduler sent
             if time.monotonic() - self._heard > self.scheduler_timeout:
                 log.warning(
                     "no word from the scheduler for %.0f s: registering again",
@@ -115,6 +135,7 @@ class Worker:
     async def _reset(self) -> None:
         """Forget the current scheduler: cancel its requests and drop every history."""
         self._welcomed.clear()
+        self._heartbeat.beating.clear()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -177,11 +198,14 @@ class Worker:
             headers["Authorization"] = f"Bearer {key}"
         if settings.streaming:
             headers["Accept"] = "text/event-stream"
+        path = self.config.endpoint or ENDPOINT_PATHS.get(settings.endpoint_type, "")
         try:
-            self._pool = Pool(settings.url, headers)
+            self._pool = Pool(self.config.url + path, headers)
         except ValueError as e:  # a key or header with a line break in it
             log.error("cannot send requests: %s", e)
             return
+        self._heartbeat.interval_s = message.heartbeat_s
+        self._heartbeat.beating.set()
         self._welcomed.set()
         log.info("registered with %s as %s", self.scheduler, self.worker_id)
 
@@ -292,8 +316,11 @@ class Worker:
 
     def _flush(self) -> None:
         if self._outbox and not self._awaited:
-            self._send(protocol.Results(self._outbox))
-            self._outbox = []
+            outbox, self._outbox = self._outbox, []
+            for frames in protocol.encode_batches(
+                protocol.Results, outbox, protocol.MAX_TO_SCHEDULER
+            ):
+                self._channel.send(frames)
 
     def _send(self, message: protocol.Message) -> None:
         self._channel.send(protocol.encode(message))
@@ -302,13 +329,54 @@ class Worker:
         self._stop.set()
 
 
-def serve_workers(
-    scheduler: str, worker_id: str, processes: int, scheduler_timeout: float, log_flags: list[str]
-) -> int:
+class _Heartbeat(threading.Thread):
+    """Sends this worker's heartbeats while `beating` is set, every `interval_s`, from its own
+    thread and socket. The GIL changes hands every few milliseconds however busy the event
+    loop is, so a worker heard from is a worker alive; one stopped or dead falls silent."""
+
+    def __init__(self, config: WorkerConfig, incarnation: str) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self._config = config
+        self._frames = protocol.encode(protocol.Heartbeat(config.worker_id, incarnation))
+        self.interval_s = 1.0
+        self.beating = threading.Event()
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        socket = _connect(self._config, f"{self._config.worker_id}/heartbeat", 1 << 16)
+        socket.setsockopt(zmq.SNDHWM, 4)  # a heartbeat nobody reads is not worth queueing
+        try:
+            while not self._stopped.wait(self.interval_s):
+                if self.beating.is_set():
+                    with contextlib.suppress(zmq.Again):
+                        socket.send_multipart(self._frames, zmq.NOBLOCK)
+        finally:
+            socket.close(linger=0)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.is_alive():
+            self.join()
+
+
+def _connect(config: WorkerConfig, identity: str, max_message: int) -> zmq.Socket:
+    """A DEALER socket to the scheduler, authenticated and encrypted by CURVE."""
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    secure_client(socket, config.keys)
+    socket.setsockopt(zmq.IDENTITY, identity.encode())
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDHWM, 0)
+    socket.setsockopt(zmq.RCVHWM, 0)
+    socket.setsockopt(zmq.MAXMSGSIZE, max_message)
+    socket.connect(config.scheduler)
+    return socket
+
+
+def serve_workers(config: WorkerConfig, keys_dir: str, processes: int, log_flags: list[str]) -> int:
     """The `dagperf worker` command: one worker here, or `processes` child processes named
     `<worker_id>-<index>`. Runs until the scheduler shuts them down or a signal stops them."""
     if processes == 1:
-        return loops.run(_serve_one(scheduler, worker_id, scheduler_timeout))
+        return loops.run(_serve_one(config))
     stopped_by: set[int] = set()
     children: list[subprocess.Popen] = []
 
@@ -323,9 +391,10 @@ def serve_workers(
     for index in range(processes):
         if stopped_by:
             break
-        command = ["-m", "dagperf", "worker", "--scheduler", scheduler, "--processes", "1"]
-        command += ["--worker-id", f"{worker_id}-{index}"]
-        command += ["--scheduler-timeout", str(scheduler_timeout), *log_flags]
+        command = ["-m", "dagperf", "worker", "--scheduler", config.scheduler, "--processes", "1"]
+        command += ["--worker-id", f"{config.worker_id}-{index}", "--keys", keys_dir]
+        command += ["--url", config.url, *(["--endpoint", config.endpoint] * bool(config.endpoint))]
+        command += ["--scheduler-timeout", str(config.scheduler_timeout), *log_flags]
         child = subprocess.Popen([sys.executable, *command])
         children.append(child)
         for sig in tuple(stopped_by):  # came while it was being started: `forward` missed it
@@ -335,8 +404,8 @@ def serve_workers(
     return max((0 if -code in stopped_by else code for code in codes), default=0)
 
 
-async def _serve_one(scheduler: str, worker_id: str, scheduler_timeout: float) -> int:
-    worker = Worker(scheduler, worker_id, scheduler_timeout)
+async def _serve_one(config: WorkerConfig) -> int:
+    worker = Worker(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, worker.stop)
