@@ -8,10 +8,11 @@ Deployment scaled down, or a Job deleted, has its processes stopped and its pods
 
 What a node would provide, stood in for locally: Service names (`<name>.<namespace>.svc`) and
 `0.0.0.0` are 127.0.0.1, so the operator must be told free ports; each volume is a directory
-(a ConfigMap's files written out, a claim shared by name under `claims/`, an emptyDir per pod),
-and each mount path in a command, an environment value or the termination message path is
-that directory; `$(VAR)` in a command expands as the kubelet expands it; `valueFrom` reads the
-pod's name or the named Secret. Processes see only the container's environment (and PATH).
+(a ConfigMap's or Secret's files written out, a claim shared by name under `claims/`, an
+emptyDir per pod), and each mount path in a command, an environment value or the termination
+message path is that directory; `$(VAR)` in a command expands as the kubelet expands it;
+`valueFrom` reads the pod's name or the named Secret. Processes see only the container's
+environment (and PATH).
 """
 
 from __future__ import annotations
@@ -233,6 +234,19 @@ class Kubelet:
                 (path / key).write_text(text)
             for key, packed in (found.get("binaryData") or {}).items():
                 (path / key).write_bytes(base64.b64decode(packed))
+        elif "secret" in volume:
+            path = directory / "volumes" / volume["name"]
+            source = volume["secret"]
+            name = source["secretName"]
+            found = await self.api.get(f"/api/v1/namespaces/{self.namespace}/secrets/{name}")
+            assert found is not None, f"pod mounts secret/{name}, which does not exist"
+            data = found.get("data") or {}
+            items = source.get("items") or [{"key": key, "path": key} for key in data]
+            path.mkdir(parents=True)
+            for item in items:  # only the items named, as a kubelet projects them
+                file = path / item["path"]
+                file.write_bytes(base64.b64decode(data[item["key"]]))
+                file.chmod(source.get("defaultMode", 0o644) & 0o700)  # the owner is the pod's user
         elif "emptyDir" in volume:
             path = directory / "volumes" / volume["name"]
         else:

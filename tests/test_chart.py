@@ -5,6 +5,7 @@ RBAC, settings, ports, labels). Its operator Deployment's command is run for rea
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import os
@@ -53,6 +54,22 @@ def only(documents: list[dict], kind: str) -> dict:
 def operator_container(documents: list[dict]) -> dict:
     (container,) = only(documents, "Deployment")["spec"]["template"]["spec"]["containers"]
     return container
+
+
+def operator_env(documents: list[dict], directory: Path) -> dict[str, str]:
+    """The operator container's environment as its kubelet gives it: the control key Secret
+    the chart renders, mounted where DAGPERF_CONTROL_KEY_FILE says, played by a local file."""
+    container = operator_container(documents)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    pod = only(documents, "Deployment")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    mount, file = env["DAGPERF_CONTROL_KEY_FILE"].rsplit("/", 1)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mounts[mount]]
+    secret = only(documents, "Secret")
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / file).write_bytes(base64.b64decode(secret["data"][file]))
+    return env | {"DAGPERF_CONTROL_KEY_FILE": str(directory / file)}
 
 
 def triples(rules: list[dict]) -> set[tuple[str, str, str]]:
@@ -110,7 +127,7 @@ def test_values_schema_rejects_bad_values(flag, complaint):
     assert result.returncode != 0 and complaint in result.stderr, result.stderr
 
 
-def test_the_operator_deployment_is_configured_as_the_operator_reads_it():
+def test_the_operator_deployment_is_configured_as_the_operator_reads_it(tmp_path):
     documents = render(
         "--set", "image.repository=registry.example/dagperf", "--set", "image.tag=1.2.3",
         "--set", "benchmarkDefaults.worker.resources.requests.cpu=2",
@@ -118,8 +135,10 @@ def test_the_operator_deployment_is_configured_as_the_operator_reads_it():
     )  # fmt: skip
     container = operator_container(documents)
     assert container["image"] == "registry.example/dagperf:1.2.3"
-    env = {e["name"]: e["value"] for e in container["env"]}
-    settings = OperatorSettings.from_env(env)
+    settings = OperatorSettings.from_env(operator_env(documents, tmp_path))
+    assert len(settings.control_key) == 48 and settings.network_policy is True
+    again = OperatorSettings.from_env(operator_env(documents, tmp_path / "again"))
+    assert again.control_token("uid-1") == settings.control_token("uid-1")  # one key, one token
     assert settings.image == "registry.example/dagperf:1.2.3"
     assert settings.worker_resources["requests"]["cpu"] == 2
     assert settings.scheduler_resources["limits"]["memory"] == "1Gi"
@@ -147,12 +166,13 @@ def test_the_operator_deployment_runs_the_operator_command():
 async def test_the_rendered_operator_command_runs_a_benchmark_and_stops_on_sigterm(tmp_path):
     """The chart's operator container, command, args and env, run as a process against the
     API emulator (its liveness probe on a free loopback port instead of 8080)."""
-    container = operator_container(render("--set", "watchNamespaces={default}"))
+    documents = render("--set", "watchNamespaces={default}")
+    container = operator_container(documents)
     port = free_port()
     args = [a.replace("0.0.0.0:8080", f"127.0.0.1:{port}") for a in container["args"]]
     async with serving_cluster() as (_, url), aiohttp.ClientSession() as session:
         api = Api(session, url)
-        env = {e["name"]: e["value"] for e in container["env"]} | {
+        env = operator_env(documents, tmp_path / "control-key") | {
             "PATH": os.environ["PATH"],
             "HOME": str(tmp_path),
             "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url)),

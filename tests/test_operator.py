@@ -13,6 +13,9 @@ import json
 import pytest
 import yaml
 
+from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
+from dagperf_operator.settings import OperatorSettings
+
 from cluster import ROOT, Api, operating
 from dagfile import conv, encode, turn
 from runs import eventually, free_port
@@ -29,8 +32,15 @@ CORE = "/api/v1/namespaces/bench"
 async def kube(tmp_path, monkeypatch):
     # No scheduler answers in these tests: its /status address refuses at once.
     status_url = f"http://127.0.0.1:{free_port()}"
-    async with operating(tmp_path, monkeypatch, DAGPERF_STATUS_URL=status_url) as operated:
+    (tmp_path / "control.key").write_bytes(CONTROL_KEY)
+    async with operating(
+        tmp_path, monkeypatch, DAGPERF_STATUS_URL=status_url,
+        DAGPERF_CONTROL_KEY_FILE=str(tmp_path / "control.key"),
+    ) as operated:  # fmt: skip
         yield operated
+
+
+CONTROL_KEY = b"a control key only these tests know"
 
 
 def benchmark(name: str = "demo", **spec) -> dict:
@@ -127,11 +137,15 @@ async def test_a_valid_benchmark_launches_owned_secure_pods(kube):
     deployment = await api.get(f"{DEPLOYMENTS}/demo-workers")
     service = await api.get(f"{CORE}/services/demo-scheduler")
     claim = await api.get(f"{CORE}/persistentvolumeclaims/demo-results")
+    keys = await api.get(f"{CORE}/secrets/demo-keys")
+    policy = await api.get(f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/demo-keys")
     for obj, component in (
         (job, "scheduler"),
         (deployment, "worker"),
         (service, "scheduler"),
         (claim, "results"),
+        (keys, "keys"),
+        (policy, "scheduler"),
     ):
         (owner,) = obj["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
@@ -190,6 +204,43 @@ async def test_a_valid_benchmark_launches_owned_secure_pods(kube):
         "zmq": 5555,
         "metrics": 9090,
     }
+
+    # The run's keys: each pod mounts its own half, the wire's secrets never in a command line.
+    files = {k: base64.b64decode(v).decode() for k, v in keys["data"].items()}
+    assert set(files) == set(FILES)
+    # derived from the operator's key: it can stop the run after a restart, reading no Secret
+    assert files["control.token"] == OperatorSettings(control_key=CONTROL_KEY).control_token(uid)
+    await api.create(BENCH, benchmark("other", **spec))
+    other = await api.until(NS, "other", phase("Pending"))
+    assert other["metadata"]["uid"] != uid
+    other_keys = await api.get(f"{CORE}/secrets/other-keys")
+    assert other_keys["data"]["control.token"] != keys["data"]["control.token"]
+    assert other_keys["data"]["worker.secret"] != keys["data"]["worker.secret"]
+    for pod, container, half in (
+        (job, scheduler, SCHEDULER_FILES),
+        (deployment, worker, WORKER_FILES),
+    ):
+        spec = pod["spec"]["template"]["spec"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "keys"]
+        assert volume["secret"]["secretName"] == "demo-keys"
+        assert [i["key"] for i in volume["secret"]["items"]] == list(half)
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "keys"]
+        assert mount["readOnly"] is True
+        command = container["command"]
+        assert command[command.index("--keys") + 1] == mount["mountPath"]
+        assert not any(secret in json.dumps(pod) for secret in files.values())
+    assert worker["command"][worker["command"].index("--url") + 1] == "http://vllm:8000"
+    # Only this Benchmark's workers reach its scheduler's ZeroMQ port; metrics stay open.
+    workers_only, metrics = policy["spec"]["ingress"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert selected["app.kubernetes.io/instance"] == "demo"
+    (source,) = workers_only["from"]
+    assert source["podSelector"]["matchLabels"].items() <= (
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert workers_only["ports"] == [{"protocol": "TCP", "port": 5555}]
+    assert metrics == {"ports": [{"protocol": "TCP", "port": 9090}]}
 
     status = b["status"]
     assert status["workers"] == {"desired": 6, "registered": 0}

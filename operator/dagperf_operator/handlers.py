@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from dagperf.dataset import DatasetError
+from dagperf.keys import KeySet
 from dagperf.sources import parse_graph
 from dagperf_operator import manifests
 from dagperf_operator import status as st
@@ -205,7 +206,10 @@ def _launch(
     kube: Kube,
     settings: OperatorSettings,
 ) -> None:
+    keys = KeySet.generate(settings.control_token(body.metadata.uid or name))
     objects = [
+        manifests.keys_secret(name, keys.files()),
+        manifests.scheduler_network_policy(name, settings) if settings.network_policy else None,
         manifests.results_claim(name, spec),
         manifests.scheduler_service(name, settings),
         manifests.scheduler_job(name, spec, key, settings),
@@ -366,22 +370,28 @@ def _suspend_changed(
         return
     names = manifests.Names(name)
     url = _scheduler_url(settings, name, namespace, "/stop")
+    token = settings.control_token(body.metadata.uid or name)
+    request = urllib.request.Request(
+        url, method="POST", headers={"Authorization": f"Bearer {token}"}
+    )
     try:
-        urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=3).close()
+        urllib.request.urlopen(request, timeout=3).close()
         patch.status["message"] = "suspending: the scheduler is stopping and writing its results"
+        return
+    except urllib.error.HTTPError as e:  # 401: launched under another control key
+        message = f"the scheduler refused the stop ({e.code}): stopped without its results"
     except (urllib.error.URLError, OSError):
-        memo.kube.delete_job(namespace, names.scheduler)  # nothing running to keep: just stop
-        memo.kube.scale_workers(namespace, names.workers, 0)
-        patch.status.update(
-            {
-                "phase": "Suspended",
-                "message": "suspended before the scheduler ran",
-                "completionTime": st.now(),
-                "conditions": st.set_condition(
-                    conditions, "Completed", True, "Suspended", "suspended before the scheduler ran"
-                ),
-            }
-        )
+        message = "suspended before the scheduler ran"
+    memo.kube.delete_job(namespace, names.scheduler)  # nothing to keep, or no way to: just stop
+    memo.kube.scale_workers(namespace, names.workers, 0)
+    patch.status.update(
+        {
+            "phase": "Suspended",
+            "message": message,
+            "completionTime": st.now(),
+            "conditions": st.set_condition(conditions, "Completed", True, "Suspended", message),
+        }
+    )
 
 
 # --- expiry ----------------------------------------------------------------------------------

@@ -14,7 +14,14 @@ import os
 from typing import Any
 
 import kubernetes
-from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import (
+    ApiClient,
+    AppsV1Api,
+    BatchV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    NetworkingV1Api,
+)
 from kubernetes.client.exceptions import ApiException
 
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
@@ -39,6 +46,7 @@ class Kube:
         self.batch = BatchV1Api(client)
         self.apps = AppsV1Api(client)
         self.custom = CustomObjectsApi(client)
+        self.networking = NetworkingV1Api(client)
 
     def dataset_files(self, namespace: str, name: str) -> dict[str, bytes] | None:
         """A ConfigMap's files (data and binaryData); None when there is no such ConfigMap."""
@@ -60,6 +68,8 @@ class Kube:
             "Deployment": self.apps.create_namespaced_deployment,
             "Service": self.core.create_namespaced_service,
             "PersistentVolumeClaim": self.core.create_namespaced_persistent_volume_claim,
+            "Secret": self.core.create_namespaced_secret,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }[kind]
         try:
             call(namespace, body)

@@ -1,8 +1,14 @@
 """What a Benchmark becomes: pure functions from its spec to Kubernetes objects, as dicts.
 
 A scheduler Job (one pod, no retries: a benchmark run is not idempotent), a Service for its
-ZeroMQ and metrics ports, a worker Deployment, and the results claim when one is to be created.
-The handlers add owner references (so deleting the Benchmark deletes them) and create them.
+ZeroMQ and metrics ports, a worker Deployment, the results claim when one is to be created, the
+Secret with the run's CURVE keys and control token, and a NetworkPolicy that admits only the
+Benchmark's worker pods to the scheduler's ZeroMQ port (its metrics port stays open to
+Prometheus and the operator; POST /stop there needs the control token). The handlers add owner
+references (so deleting the Benchmark deletes them) and create them.
+
+Each pod mounts only its half of the key Secret: the scheduler its key pair, the workers'
+public key and the control token; the workers their key pair and the scheduler's public key.
 
 Every pod runs as a non-root user with a read-only root filesystem (an emptyDir at /tmp for
 scratch), no privilege escalation, no capabilities, the runtime's seccomp profile and no service
@@ -13,16 +19,19 @@ scheduler only when it must ask the server for a model name.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
 
+from dagperf.keys import SCHEDULER_FILES, WORKER_FILES
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
 
 DATASET_DIR = "/dataset"
 RESULTS_DIR = "/results"
 TERMINATION_LOG = "/dev/termination-log"
+KEYS_DIR = "/etc/dagperf/keys"
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,10 @@ class Names:
     @property
     def claim(self) -> str:
         return f"{self.benchmark}-results"
+
+    @property
+    def keys(self) -> str:  # the Secret, and the NetworkPolicy guarding the scheduler
+        return f"{self.benchmark}-keys"
 
 
 def labels(benchmark: str, component: str) -> dict[str, str]:
@@ -82,6 +95,54 @@ def _container(
         "resources": resources,
         "securityContext": CONTAINER_SECURITY,
         "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+    }
+
+
+def _keys_volume(name: str, files: tuple[str, ...]) -> dict[str, Any]:
+    items = [{"key": file, "path": file} for file in files]
+    secret = {"secretName": Names(name).keys, "items": items, "defaultMode": 0o440}
+    return {"name": "keys", "secret": secret}
+
+
+KEYS_MOUNT = {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True}
+
+
+def keys_secret(name: str, files: dict[str, str]) -> dict[str, Any]:
+    """The run's key set (`dagperf.keys.KeySet.files()`), as a Secret."""
+    data = {key: base64.b64encode(value.encode()).decode() for key, value in files.items()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": Names(name).keys, "labels": labels(name, "keys")},
+        "type": "Opaque",
+        "data": data,
+    }
+
+
+def scheduler_network_policy(name: str, settings: OperatorSettings) -> dict[str, Any]:
+    """Only this Benchmark's worker pods reach its scheduler's ZeroMQ port."""
+    instance = {"app.kubernetes.io/instance": name}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": Names(name).keys, "labels": labels(name, "scheduler")},
+        "spec": {
+            "podSelector": {"matchLabels": instance | {"app.kubernetes.io/component": "scheduler"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "podSelector": {
+                                "matchLabels": instance | {"app.kubernetes.io/component": "worker"}
+                            }
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": settings.zmq_port}],
+                },
+                {"ports": [{"protocol": "TCP", "port": settings.metrics_port}]},
+            ],
+        },
     }
 
 
@@ -134,6 +195,8 @@ def scheduler_command(
             command += [flag, str(value)]
     expected = spec.workers.replicas * spec.workers.processes_per_pod
     command += [
+        "--keys",
+        KEYS_DIR,
         "--bind",
         f"tcp://0.0.0.0:{settings.zmq_port}",
         "--workers-expected",
@@ -178,6 +241,7 @@ def scheduler_job(
     container["volumeMounts"] += [
         {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True},
         {"name": "results", "mountPath": RESULTS_DIR},
+        KEYS_MOUNT,
     ]
     if spec.endpoint.model is None:  # it lists the server's models, which may need the key
         container["env"] += _api_key_env(spec)
@@ -213,6 +277,7 @@ def scheduler_job(
                         },
                         results,
                         {"name": "scratch", "emptyDir": {}},
+                        _keys_volume(name, SCHEDULER_FILES),
                     ],
                 },
             },
@@ -248,6 +313,10 @@ def worker_deployment(
         "worker",
         "--scheduler",
         address,
+        "--url",
+        spec.endpoint.url,
+        "--keys",
+        KEYS_DIR,
         "--worker-id",
         "$(POD_NAME)",
         "--processes",
@@ -266,6 +335,7 @@ def worker_deployment(
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     )
     container["env"] += _api_key_env(spec)
+    container["volumeMounts"].append(KEYS_MOUNT)
     selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "worker"}
     return {
         "apiVersion": "apps/v1",
@@ -280,7 +350,10 @@ def worker_deployment(
                     "securityContext": _pod_security(settings),
                     "automountServiceAccountToken": False,  # they never call the API
                     "containers": [container],
-                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    "volumes": [
+                        {"name": "scratch", "emptyDir": {}},
+                        _keys_volume(name, WORKER_FILES),
+                    ],
                     "terminationGracePeriodSeconds": 10,
                 },
             },

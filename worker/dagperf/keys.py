@@ -64,10 +64,10 @@ class KeySet:
     worker: WorkerKeys
 
     @classmethod
-    def generate(cls) -> KeySet:
+    def generate(cls, control_token: str | None = None) -> KeySet:
         scheduler_public, scheduler_secret = zmq.curve_keypair()
         worker_public, worker_secret = zmq.curve_keypair()
-        token = secrets.token_urlsafe(32)
+        token = control_token or secrets.token_urlsafe(32)
         return cls(
             SchedulerKeys(scheduler_public, scheduler_secret, worker_public, token),
             WorkerKeys(worker_public, worker_secret, scheduler_public),
