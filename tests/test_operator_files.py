@@ -13,12 +13,16 @@ import sys
 
 import aiohttp
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
 from dagperf.dataset import load_dag_jsonl
+from dagperf.keys import KeySet
+from dagperf_operator import manifests
 from dagperf_operator import status as st
 from dagperf_operator.crd import crd_yaml
+from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
 
 from cluster import CRD_FILE, ROOT, Api, operating, serving_cluster, write_kubeconfig
@@ -205,3 +209,26 @@ def test_dataset_problems_are_quoted_first_few_then_counted():
     problems = [f"line {n}: bad" for n in range(1, 9)]
     message = st.dataset_problems_message(problems)
     assert message.startswith("line 1: bad; line 2: bad") and message.endswith("and 3 more")
+
+
+@pytest.mark.parametrize("version", sorted({"1.29.0", kubernetes_validate.utils.latest_version()}))
+def test_everything_a_benchmark_launches_is_valid_kubernetes(version):
+    """The Job, Deployment, Service, claim, key Secret and NetworkPolicy the operator makes of
+    the example Benchmark, checked against the API's own schemas (strict: no unknown field)."""
+    _, benchmark = example()
+    spec = BenchmarkSpec.model_validate(benchmark["spec"])
+    spec = spec.model_copy(update={"results": spec.results.model_validate(
+        {"persistentVolumeClaim": {"size": "1Gi"}}
+    )})  # fmt: skip
+    settings = OperatorSettings()
+    objects = [
+        manifests.keys_secret("demo", KeySet.generate(settings.control_token("u")).files()),
+        manifests.scheduler_network_policy("demo", settings),
+        manifests.results_claim("demo", spec),
+        manifests.scheduler_service("demo", settings),
+        manifests.scheduler_job("demo", spec, "data.jsonl", settings),
+        manifests.worker_deployment("demo", "default", spec, settings),
+    ]
+    assert all(objects)
+    for document in objects:
+        kubernetes_validate.validate(document, version, strict=True)
