@@ -8,6 +8,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,17 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 from dagperf import protocol
-from dagperf.keys import FILES, load_scheduler_keys, load_worker_keys, secure_client, secure_server
+from dagperf.keys import (
+    FILES,
+    Gate,
+    KeySet,
+    load_scheduler_keys,
+    load_worker_keys,
+    secure_client,
+    secure_server,
+)
 from dagperf.simulator import running_simulator
+from dagperf.worker import Worker, WorkerConfig
 
 from dagfile import conv, encode, turn
 from runs import RECORDING, children, free_port, gated_simulator, key_set, read_jsonl
@@ -335,3 +346,52 @@ async def test_dagperf_keys_writes_a_private_key_set_once(tmp_path):
     assert again.returncode == 1 and "--force replaces them" in err.decode()
     assert (target / "worker.secret").read_text() == secret  # nothing was replaced
     assert load_scheduler_keys(target).worker_public == load_worker_keys(target).public
+
+
+def test_heartbeats_keep_flowing_while_the_workers_loop_is_busy():
+    """A worker starting a huge fan-out keeps its event loop busy for seconds; its heartbeats
+    come from a thread and socket of their own, so the scheduler still hears it. Here the
+    worker's loop spins for a second, holding the GIL as busy Python code does, while the test
+    plays the scheduler and counts the heartbeats that arrive meanwhile."""
+    keys = KeySet.generate()
+    context = zmq.Context.instance()
+    gate = Gate(context, keys.scheduler)
+    router = context.socket(zmq.ROUTER)
+    secure_server(router, keys.scheduler)
+    router.setsockopt(zmq.LINGER, 0)
+    address = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
+    worker = Worker(WorkerConfig(address, "w", keys.worker, "http://127.0.0.1:9"))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),))
+    thread.start()
+    busy: list[float] = []
+
+    def spin(seconds: float) -> None:
+        busy.append(time.monotonic())
+        while time.monotonic() < busy[0] + seconds:
+            pass
+        busy.append(time.monotonic())
+
+    try:
+        assert router.poll(30_000)
+        identity, *frames = router.recv_multipart()
+        assert isinstance(protocol.decode(frames), protocol.Hello)
+        settings = protocol.WorkerSettings("chat", False, 1.0, "")
+        router.send_multipart([identity, *protocol.encode(protocol.Welcome(settings, 0.05))])
+        heard: list[float] = []
+        while len(busy) < 2 or heard[-1] < busy[1]:
+            assert router.poll(10_000), "no heartbeat within 10 s"
+            sender, *frames = router.recv_multipart()
+            message = protocol.decode(frames)
+            if isinstance(message, protocol.Heartbeat):
+                assert (sender, message.worker_id) == (b"w/heartbeat", "w")
+                heard.append(time.monotonic())
+                if len(heard) == 1:  # welcomed and beating: now keep its loop busy
+                    loop.call_soon_threadsafe(spin, 1.0)
+    finally:
+        loop.call_soon_threadsafe(worker.stop)
+        thread.join(10)
+        router.close()
+        gate.close()
+    during = [t for t in heard if busy[0] <= t <= busy[1]]
+    assert len(during) >= 5, f"{len(during)} heartbeats in the busy second"
