@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from dagperf.client import Exchange, exchange
-from dagperf.http1 import BadResponse, ConnectError, Disconnected, Pool, Response
+from dagperf.http1 import (
+    BadResponse,
+    ConnectError,
+    Disconnected,
+    Pool,
+    Response,
+    connection_limit,
+)
 
 from runs import free_port
 
@@ -274,3 +282,42 @@ def test_line_breaks_in_headers_are_refused():
         Pool("http://127.0.0.1:1/", {"Authorization": "Bearer key\n"})
     with pytest.raises(ValueError, match="not an http"):
         Pool("ftp://127.0.0.1/", {})
+
+
+async def test_requests_past_the_connection_limit_wait_for_a_free_connection():
+    """Past the cap (below the descriptor limit), requests queue for a connection instead of
+    failing with "too many open files"."""
+    script = Script(*[json_reply(b'{"n": 1}') for _ in range(30)])
+    async with serving(script) as url:
+        pool = Pool(url, {}, max_connections=3)
+        answers = await asyncio.gather(*(post(pool) for _ in range(30)))
+        pool.close()
+    assert [body for _, body in answers] == [b'{"n": 1}'] * 30
+    assert script.connections == 3
+
+
+async def test_a_request_cancelled_while_queued_gives_up_its_turn():
+    release = asyncio.Event()
+
+    async def held(writer: asyncio.StreamWriter) -> bool:
+        await release.wait()
+        return await json_reply(b"{}")(writer)
+
+    script = Script(held, *[json_reply(b"{}") for _ in range(3)])
+    async with serving(script) as url:
+        pool = Pool(url, {}, max_connections=1)
+        tasks = [asyncio.ensure_future(post(pool)) for _ in range(4)]
+        while len(pool._waiting) < 3:  # one holds the only connection, three wait for it
+            await asyncio.sleep(0)
+        tasks[1].cancel()
+        release.set()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        pool.close()
+    assert isinstance(done[1], asyncio.CancelledError)
+    assert [done[i][1] for i in (0, 2, 3)] == [b"{}"] * 3
+    assert script.connections == 1
+
+
+def test_the_connection_limit_leaves_room_below_the_descriptor_limit():
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert connection_limit() == max(16, soft - 256)

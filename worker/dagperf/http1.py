@@ -11,19 +11,27 @@ Only what a benchmark of one endpoint needs: POST to one origin, no redirects, c
 or compression (no Accept-Encoding is sent, so servers answer in identity). A kept connection
 the server closed while idle is noticed when the request gets no byte back, and the request is
 sent once more on a new connection, as browsers and urllib3 do.
+
+Connections are capped below the process's file-descriptor limit: past it, a request waits for
+a connection to come free instead of failing with "too many open files" (a FORK fan-out of
+100,000 children from one turn). Its clock starts when it is written, so the wait is the
+client's, not the server's, as for any request queued behind a busy connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import httptools
 
 _PAUSE_AT = 1 << 20  # buffered body bytes: past this, stop reading until the reader catches up
+_SPARE_FDS = 256  # descriptors left for everything else a worker opens (sockets, files)
 
 
 class HTTPError(Exception):
@@ -220,7 +228,9 @@ class Pool:
     """Connections to the origin of `url`, each carrying one request at a time; POSTs go to
     its path with `headers` on every request."""
 
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self, url: str, headers: dict[str, str], max_connections: int | None = None
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -233,6 +243,9 @@ class Pool:
         self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
+        self._limit = max_connections or connection_limit()
+        self._opening = 0  # connections being made: they count against the limit already
+        self._waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for room
 
     @contextlib.asynccontextmanager
     async def post(
@@ -265,32 +278,65 @@ class Pool:
         connection.done(keep=True)
 
     async def _connect(self, fresh: bool = False) -> _Connection:
-        while self._idle and not fresh:
-            connection = self._idle.pop()
-            if connection.transport is not None and not connection.transport.is_closing():
-                return connection
         loop = asyncio.get_running_loop()
+        while True:
+            while self._idle and not fresh:
+                connection = self._idle.pop()
+                if connection.transport is not None and not connection.transport.is_closing():
+                    return connection
+            if len(self._all) + self._opening < self._limit:
+                break
+            waiter = loop.create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter  # a connection came free or went away: look again
+            except asyncio.CancelledError:
+                if not waiter.done():
+                    self._waiting.remove(waiter)
+                else:
+                    self._wake()  # pass the turn it was given on
+                raise
+        self._opening += 1
         try:
             _, connection = await loop.create_connection(
                 lambda: _Connection(self), self._host, self._port, ssl=self._ssl
             )
         except OSError as e:  # refused, unreachable, no such host, TLS handshake
             raise ConnectError(f"cannot connect to {self._host}:{self._port}: {e}") from None
+        finally:
+            self._opening -= 1
         self._all.add(connection)
         return connection
 
+    def _wake(self) -> None:
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
     def idle(self, connection: _Connection) -> None:
         self._idle.append(connection)
+        self._wake()
 
     def lost(self, connection: _Connection) -> None:
         self._all.discard(connection)
         with contextlib.suppress(ValueError):
             self._idle.remove(connection)
+        self._wake()
 
     def close(self) -> None:
         for connection in list(self._all):
             connection.close()
         self._idle.clear()
+
+
+def connection_limit() -> int:
+    """How many connections this process can hold open, leaving room for the rest."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(16, soft - _SPARE_FDS)
 
 
 def _header(name: str, value: str) -> str:
