@@ -229,11 +229,12 @@ TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 def tree_usage(root: int) -> tuple[int, float, float]:
-    """Resident memory (kB) and CPU time (s) of a process and its live descendants, and the CPU
-    time of the process alone."""
+    """Resident memory (kB) of a process and its live descendants, their CPU time (s) including
+    descendants that exited and were waited for, and the CPU time of the process alone."""
     parents: dict[int, int] = {}
     rss: dict[int, int] = {}
     cpu: dict[int, float] = {}
+    root_cpu = 0.0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -245,7 +246,11 @@ def tree_usage(root: int) -> tuple[int, float, float]:
         pid = int(entry.name)
         fields = stat.rsplit(")", 1)[1].split()
         parents[pid] = int(fields[1])
-        cpu[pid] = (int(fields[11]) + int(fields[12])) * TICK_S
+        # utime + stime, plus cutime + cstime: a child that exited and was waited for keeps
+        # counting in its parent, so the tree's CPU never drops as processes come and go
+        cpu[pid] = sum(int(f) for f in fields[11:15]) * TICK_S
+        if pid == root:
+            root_cpu = (int(fields[11]) + int(fields[12])) * TICK_S
         rss[pid] = next(
             (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0
         )
@@ -257,7 +262,7 @@ def tree_usage(root: int) -> tuple[int, float, float]:
                 tree.add(pid)
                 frontier.append(pid)
     tree_cpu = sum(cpu.get(pid, 0.0) for pid in tree)
-    return sum(rss.get(pid, 0) for pid in tree), tree_cpu, cpu.get(root, 0.0)
+    return sum(rss.get(pid, 0) for pid in tree), tree_cpu, root_cpu
 
 
 def _offline_tokenizer(home: Path) -> None:

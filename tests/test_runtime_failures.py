@@ -108,7 +108,8 @@ async def test_a_refused_connection_is_an_error_record(tmp_path):
         f"127.0.0.1:{port}", tmp_path, [conv("p", turn(), turn())], "--model", "m"
     )
     run = await finish(process, directory, None)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 3, run.stderr  # the endpoint failed the run
+    assert "every request failed (1); most often ConnectionError" in run.stderr
     (record,) = run.records
     assert record["error"]["type"] == "ConnectionError" and record["error"]["code"] is None
     assert run.summary["request_error_rate"]["avg"] == 100.0
@@ -135,7 +136,7 @@ async def test_timeouts_and_malformed_streams_are_error_records(tmp_path):
         flags = ("--model", "m", "--streaming", "--request-timeout-seconds", "0.5")
         process, directory = await start_profile(url, tmp_path, lines, *flags, "--concurrency", "3")
         run = await finish(process, directory, None)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 3, run.stderr  # every request failed
     errors = {r["metadata"]["conversation_id"]: r["error"] for r in run.records}
     assert errors["slow"]["type"] == "TimeoutError"
     assert errors["junk"]["type"] == "MalformedResponse"

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from dagperf import __version__
+from dagperf import __version__, verdict
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
 from dagperf.graph import RequestGraph
@@ -311,6 +311,11 @@ def _report_flags(parser: argparse.ArgumentParser, metrics_port: int | None) -> 
         help="also write a compact JSON summary (under 4 KB) here, e.g. a termination message",
     )  # fmt: skip
     group.add_argument(
+        "--max-error-rate", type=float, default=1.0, metavar="FRACTION",
+        help="fail the run (exit code 3) when more than this fraction of requests failed "
+        "(default: 1.0, only when every request failed)",
+    )  # fmt: skip
+    group.add_argument(
         "--benchmark-name", metavar="NAME",
         help="the `benchmark` label of the live metrics (default: the artifact directory's name)",
     )  # fmt: skip
@@ -338,6 +343,8 @@ def _report_options(
             goodput[name] = float(raw)
         except ValueError:
             parser.error(f"--goodput: expected METRIC:VALUE with a number, got {item!r}")
+    if not 0.0 <= args.max_error_rate <= 1.0:  # also refuses nan
+        parser.error(f"--max-error-rate: a fraction from 0 to 1, got {args.max_error_rate}")
     if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
         parser.error(f"--metrics-port: not a port: {args.metrics_port}")
     return {
@@ -348,6 +355,7 @@ def _report_options(
         "metrics_host": args.metrics_host,
         "metrics_linger_s": args.metrics_linger,
         "summary_file": args.summary_file,
+        "max_error_rate": args.max_error_rate,
     }
 
 
@@ -617,8 +625,13 @@ def _report(outcome: Any, console: Any, artifact_dir: Path, health: HealthOption
         health_command(str(artifact_dir), health)
     if outcome.failure:
         print(f"dagperf: the run failed: {outcome.failure}", file=sys.stderr)
-        return 1
-    return 130 if outcome.interrupted else 0
+        return verdict.RUN_FAILED
+    if outcome.interrupted:
+        return verdict.SIGNALLED
+    if outcome.rejected:
+        print(f"dagperf: the endpoint failed the run: {outcome.rejected}", file=sys.stderr)
+        return verdict.ENDPOINT_FAILED
+    return verdict.OK
 
 
 def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

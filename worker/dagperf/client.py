@@ -7,7 +7,9 @@ takes that stamp. Several events in one read share a stamp, as they arrived toge
 
 Nothing escapes as an exception except cancellation: HTTP errors, error events in a stream,
 malformed bodies, timeouts and refused or dropped connections all end up in `error`, with an
-HTTP code where there is one.
+HTTP code where there is one. A success is a completion: a body or a stream that held at least one
+choice or a usage block. A redirect, an HTML page, a stream with no such event or a `{}` is an
+error whose message quotes the body's first bytes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dagperf.replies import MalformedResponse, Reply, ServerError, decode
 from dagperf.sse import SSEParser
 
 _DONE = b"[DONE]"
+_HEAD = 200  # bytes of a body that is not a completion, quoted in its error
 
 
 @dataclass(slots=True)
@@ -66,15 +69,29 @@ async def exchange(
     try:
         async with asyncio.timeout(timeout_s), pool.post(body, headers, sent) as response:
             out.ack_ns = time.time_ns()
+            kind = response.content_type
             if response.status >= 400:
                 out.error = _http_error(response.status, response.reason, await response.read())
-            elif response.content_type == "text/event-stream" or (
-                streaming and response.content_type != "application/json"
-            ):  # some servers stream events under another content type
-                out.streamed = True
-                await _read_stream(response, out)
+            elif response.status >= 300:
+                location = response.headers.get("location", "nowhere")
+                message = f"HTTP {response.status} to {location}"
+                out.error = _not_a_completion("UnexpectedRedirect", message, await response.read())
+            elif kind == "text/html":  # a proxy's or a login page, never a completion
+                message = f"HTTP {response.status} text/html"
+                out.error = _not_a_completion("InvalidResponse", message, await response.read())
+            elif kind == "text/event-stream" or (streaming and kind != "application/json"):
+                out.streamed = True  # some servers stream events under another content type
+                head = await _read_stream(response, out)
+                if not out.reply.completion:
+                    message = f"HTTP {response.status} {kind or '(no content type)'}: a stream "
+                    message += "with no choice and no usage in any data event"
+                    out.error = _not_a_completion("EmptyStream", message, head)
             else:
-                out.reply.add_body(await response.read())
+                raw = await response.read()
+                out.reply.add_body(raw)
+                if not out.reply.completion:
+                    message = f"HTTP {response.status} {kind}: no choices and no usage"
+                    out.error = _not_a_completion("InvalidResponse", message, raw)
     except ServerError as e:
         out.error = ErrorInfo(e.code, e.kind, str(e))
     except MalformedResponse as e:
@@ -90,15 +107,19 @@ async def exchange(
         out.end_ns = out.start_ns + (out.end_perf - out.start_perf)
 
 
-async def _read_stream(response: Response, out: Exchange) -> None:
+async def _read_stream(response: Response, out: Exchange) -> bytes:
+    """Fold the events into `out`; returns the body's first bytes, for an error message."""
     parser = SSEParser()
     reply = out.reply
     stamps = out.output_perf
+    head = b""
     while chunk := await response.chunk():
         now = time.perf_counter_ns()
+        if len(head) < _HEAD:
+            head += chunk[: _HEAD - len(head)]
         for event in parser.feed(chunk):
             if event.data == _DONE:
-                return
+                return head
             if event.name == b"error":
                 raise _event_error(event.data)
             if reply.add_chunk(event.data):
@@ -106,6 +127,13 @@ async def _read_stream(response: Response, out: Exchange) -> None:
     for event in parser.close():
         if event.data != _DONE and reply.add_chunk(event.data):
             stamps.append(time.perf_counter_ns())
+    return head
+
+
+def _not_a_completion(kind: str, message: str, body: bytes) -> ErrorInfo:
+    """A 2xx or 3xx answer that is not a completion: an error naming what came instead."""
+    shown = body[:_HEAD].decode("utf-8", "replace")
+    return ErrorInfo(None, kind, f"{message}; the body began {shown!r}" if shown else message)
 
 
 def _event_error(data: bytes) -> ServerError:

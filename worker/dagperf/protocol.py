@@ -86,6 +86,9 @@ class ErrorInfo(msgspec.Struct, frozen=True):
     message: str
 
 
+CANCELLED = "RequestCancellationError"  # the type of a request the run itself cut short (499)
+
+
 class Result(msgspec.Struct, array_like=True, frozen=True):
     """What happened to one credit; metric values are in the units of `metrics.catalog`."""
 

@@ -82,17 +82,20 @@ def server_error(body: _Body) -> ServerError:
 class Reply:
     """Everything one request got back, accumulated chunk by chunk or from one body."""
 
-    __slots__ = ("content", "reasoning", "tool_calls", "usage")
+    __slots__ = ("completion", "content", "reasoning", "tool_calls", "usage")
 
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.usage: _Usage | None = None
+        self.completion = False  # a choice or a usage block arrived: this is a completion
 
     def add_chunk(self, raw: bytes) -> bool:
         """Fold in one stream chunk; True when it carried output (content or reasoning)."""
         body = decode(raw)
+        if body.choices or body.usage is not None:
+            self.completion = True
         if body.usage is not None:
             self.usage = body.usage
         output = False
@@ -118,6 +121,7 @@ class Reply:
     def add_body(self, raw: bytes) -> None:
         """A whole non-streaming response."""
         body = decode(raw)
+        self.completion = bool(body.choices) or body.usage is not None
         self.usage = body.usage
         for choice in (body.choices or [])[:1]:
             message = choice.message

@@ -42,6 +42,7 @@ from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
 from dagperf.status import StatusServer, compact_json, metrics_summary
+from dagperf.verdict import rejection
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,11 @@ class Outcome:
     stop_reason: str | None
     interrupted: bool
     stopped: bool = False  # interrupted on request (POST /stop), which is not a failure
+    rejected: str | None = None  # why the endpoint failed the run (see dagperf.verdict)
 
     @property
     def state(self) -> str:
-        if self.failure is not None:
+        if self.failure is not None or self.rejected is not None:
             return "failed"
         if self.stopped:
             return "stopped"
@@ -122,6 +124,7 @@ class Scheduler:
         metrics_host: str = "0.0.0.0",
         metrics_linger_s: float = 0.0,
         summary_file: Path | None = None,
+        max_error_rate: float = 1.0,
     ):
         self.graph = graph
         self.endpoint = endpoint
@@ -143,6 +146,7 @@ class Scheduler:
         self.metrics_host = metrics_host
         self.metrics_linger_s = metrics_linger_s
         self.summary_file = summary_file
+        self.max_error_rate = max_error_rate
         self.status_server: StatusServer | None = None
         self._state = "waiting for workers"
         self.endpoint_url: str | None = None  # the address really bound, once listening
@@ -492,7 +496,7 @@ class Scheduler:
                 continue
             issued = self._issued.get(flight.credit, now)
             message = f"no result within {self.cancel_timeout_s:.0f} s of cancelling"
-            error = protocol.ErrorInfo(499, "RequestCancellationError", message)
+            error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
             self._record(flight, protocol.Result(flight.credit, issued, None, now, {}, error, now))
         self._flush()
 
@@ -518,11 +522,13 @@ class Scheduler:
         outcome = Outcome(
             document, d.failure, d.closed_reason, self._interrupted, self._stop_requested
         )
+        if d.failure is None and not self._cut_short:
+            outcome.rejected = rejection(self.summary.ok, self.summary.errors, self.max_error_rate)
         if self.summary_file is not None:
             status = self.status()
             final = {
                 "outcome": outcome.state,
-                "reason": d.failure or d.closed_reason,
+                "reason": d.failure or outcome.rejected or d.closed_reason,
                 "benchmark": self.benchmark,
                 "progress": status["progress"],
                 "durationSeconds": round(self.summary.duration_s, 3),

@@ -262,7 +262,7 @@ class Worker:
             now = time.time_ns()
             started = ex.start_ns or now
             message = f"Request was cancelled after {(now - started) / 1e9:.3f} seconds"
-            error = protocol.ErrorInfo(499, "RequestCancellationError", message)
+            error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
             metrics = error_metrics(prompt_text(messages), self._counter)
             self._finish(credit, ex, metrics, error, cancelled_ns=now)
             return
