@@ -1,7 +1,9 @@
 """Whatever the bytes, the loader either accepts a file or refuses it cleanly, never crashes.
 
-Accepted files must also compile into trees that keep the graph's invariants, and the
-`dagperf validate` command must end with 0 or 1, never a traceback.
+Accepted files must also compile into trees that keep the graph's invariants, encode onto the
+wire as every request body is encoded, and run under `dagperf profile` to the end; the
+`dagperf validate` command must end with 0 or 1, never a traceback. Hostile values are in the
+mix: integers past 64 bits, NaN and infinities, lines nested thousands deep.
 """
 
 from __future__ import annotations
@@ -10,19 +12,33 @@ import json
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+import msgspec
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dagperf.cli import main
+from dagperf.config import EndpointConfig
 from dagperf.dataset import DatasetError, read_dag_jsonl
+from dagperf.endpoints import request_params
 from dagperf.graph import compile_dag_jsonl
 
 from dagfile import check_tree
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+ENDPOINT = EndpointConfig(url="127.0.0.1:1", model="m", streaming=True)
+hostile_numbers = (
+    st.integers(min_value=2**63 - 2, max_value=2**80)
+    | st.integers(min_value=-(2**80), max_value=-(2**63) + 2)
+    | st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e308, 2**31, 2**31 - 1])
+)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # json.dumps writes NaN and Infinity, as some writers do
+    | hostile_numbers
+    | st.text(max_size=8),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
     ),
@@ -44,8 +60,15 @@ def outcome(lines: list[bytes]) -> str:
         return "refused"
     for tree in graph.trees:
         check_tree(tree)
+        for node in tree.nodes:  # what the scheduler and the worker encode for the wire
+            msgspec.json.encode(request_params(node.payload, ENDPOINT))
+            msgspec.json.encode(node.payload.messages)
     assert graph.root_count == len(dataset.roots) >= 1
     return "valid"
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
 
 
 @FAST
@@ -122,7 +145,13 @@ def mutated_files(draw) -> list[bytes]:
     lines = [json.dumps(c) for c in draw(valid_files())]
     for _ in range(draw(st.integers(1, 3))):
         i = draw(st.integers(0, len(lines) - 1))
-        how = draw(st.sampled_from(["value", "drop", "text", "duplicate", "extra"]))
+        how = draw(st.sampled_from(["value", "drop", "text", "duplicate", "extra", "deep"]))
+        if how == "deep":  # an extra body field nested past any sane depth, up to 3,000
+            depth = draw(st.integers(40, 3000))
+            lines[i] = lines[i].replace(
+                '"messages":', f'"extra": {{"x": {nested(depth)}}}, "messages":', 1
+            )
+            continue
         if how == "text":
             cut = draw(st.integers(0, len(lines[i])))
             lines[i] = lines[i][:cut] + draw(st.text(max_size=3)) + lines[i][cut:]
@@ -132,7 +161,7 @@ def mutated_files(draw) -> list[bytes]:
             continue
         try:
             obj = json.loads(lines[i])
-        except ValueError:
+        except (ValueError, RecursionError):  # broken, or made deep above
             continue
         container, key = _random_slot(draw, obj)
         if how == "drop" and isinstance(container, dict) and key in container:
@@ -172,3 +201,37 @@ def test_validate_command_never_crashes(lines):
         path = Path(tmp) / "data.jsonl"
         path.write_bytes(b"\n".join(lines))
         assert main(["validate", str(path)]) in (0, 1)
+
+
+@st.composite
+def hostile_valid_files(draw) -> list[bytes]:
+    """Valid files whose turns carry numbers where a turn may, hostile ones in half the files."""
+    convs = draw(valid_files())
+    hostile = hostile_numbers if draw(st.booleans()) else st.nothing()
+    for conversation in convs:
+        for turn in conversation["turns"]:
+            if draw(st.booleans()):
+                turn["max_tokens"] = draw(st.integers(1, 2**31 - 1) | hostile)
+            if draw(st.booleans()):
+                turn["extra"] = {"seed": draw(st.integers(-(2**63), 2**63 - 1) | hostile)}
+            if draw(st.booleans()):
+                turn["delay"] = draw(st.floats(0, 5) | hostile)
+    return [json.dumps(c).encode() for c in convs]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile_valid_files())
+def test_whatever_validate_accepts_profile_runs_to_the_end(lines):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "data.jsonl"
+        path.write_bytes(b"\n".join(lines))
+        checked = main(["validate", str(path)])
+        assert checked in (0, 1)
+        out = Path(tmp) / "out"
+        ran = main(["profile", "--input-file", str(path), "--artifact-dir", str(out), "--quiet",
+                    "--sim-ttft-ms", "0", "--sim-itl-ms", "0"])  # fmt: skip
+        assert ran == (0 if checked == 0 else 2)
+        event("ran" if ran == 0 else "refused")
+        if ran == 0:
+            summary = json.loads((out / "profile_export_aiperf.json").read_text())
+            assert summary["is_complete"] and summary["error_request_count"]["avg"] == 0

@@ -291,7 +291,7 @@ def test_max_tokens_must_be_a_positive_integer(value, shown):
         ("-1", "turns.0.delay: Input should be greater than or equal to 0"),
         ("true", "turns.0.delay: Input should be a valid number"),
         ('"5"', "turns.0.delay: Input should be a valid number"),
-        ("NaN", "turns.0.delay: Input should be a finite number"),
+        ("NaN", "turns.0.delay: nan is not a finite number"),
     ],
 )
 def test_delay_must_be_a_non_negative_number(value, message):

@@ -202,6 +202,6 @@ async def test_ctrl_c_cancels_and_keeps_what_was_measured(tmp_path):
 
 async def test_an_invalid_dataset_is_refused_before_anything_starts(sim, tmp_path):
     run = await profile(sim, tmp_path, [conv("p", turn(forks=["ghost"]))])
-    assert run.returncode == 1
+    assert run.returncode == 2
     assert "branch target 'ghost' not declared" in run.stderr
     assert not run.directory.exists() and sim.simulator.records == type(sim.simulator.records)()

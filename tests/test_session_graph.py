@@ -265,7 +265,7 @@ async def test_message_arrays_are_sent_exactly_as_written(sim, tmp_path):
 async def test_the_unsupported_context_mode_is_refused_before_anything_is_sent(sim, tmp_path):
     line = session("c", TURNS, CHAIN, context_mode="message_array_without_responses")
     run = await run_graph(sim, tmp_path, line)
-    assert run.returncode == 1
+    assert run.returncode == 2
     assert "Traceback" not in run.stderr
     assert "line 1" in run.stderr or "data.dag.jsonl:1:" in run.stderr
     assert "message_array_without_responses" in run.stderr and "not supported" in run.stderr

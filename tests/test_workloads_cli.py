@@ -42,7 +42,7 @@ def test_a_bad_session_config_names_the_field_without_a_traceback(tmp_path):
         "session_graph:\n  type: linear\n  num_request_generator: {type: fixed, value: 0}\n"
     )
     result = dagperf("profile", "--session-config", str(config), "--artifact-dir", str(tmp_path))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "session_graph.num_request_generator.value" in result.stderr
     assert f"{config}: invalid session config, 1 problem(s)" in result.stderr

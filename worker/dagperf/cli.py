@@ -578,7 +578,7 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         _role_keys(parser, args, load_scheduler_keys)  # a bad key set is a usage error
     loaded = _load_and_schedule(parser, args, load)
     if loaded is None:
-        return 1
+        return verdict.USAGE
     graph, load = loaded
     artifact_dir = _artifact_dir(args, load)
     options = _report_options(parser, args, artifact_dir)
@@ -646,7 +646,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     health = _model_from_flags(parser, args, HealthOptions, prefix="health_")
     loaded = _load_and_schedule(parser, args, load)
     if loaded is None:
-        return 1
+        return verdict.USAGE
     graph, load = loaded
     artifact_dir = _artifact_dir(args, load)
     options = _report_options(parser, args, artifact_dir)

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+MAX_RATE = 1e6  # roots per second: past any endpoint, and a rate the clock can still space
+MAX_SECONDS = 30 * 86_400.0  # durations and timeouts: a month; inf or 1e308 would hang a timer
 
 
 class LoadConfig(BaseModel):
@@ -27,7 +29,11 @@ class LoadConfig(BaseModel):
         "which frees when the root's last turn returns.",
     )
     request_rate: float | None = Field(
-        default=None, gt=0, description="Roots started per second, with Poisson arrivals."
+        default=None,
+        gt=0,
+        le=MAX_RATE,
+        allow_inf_nan=False,
+        description="Roots started per second, with Poisson arrivals.",
     )
     fixed_schedule: bool | None = Field(
         default=None,
@@ -45,11 +51,17 @@ class LoadConfig(BaseModel):
         "to each root once when no other stop condition is given.",
     )
     benchmark_duration: float | None = Field(
-        default=None, gt=0, description="Stop sending after this many seconds."
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Stop sending after this many seconds.",
     )
     benchmark_grace_period: float = Field(
         default=30.0,
         ge=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description="Seconds to wait for requests in flight after the duration ends; then they "
         "are cancelled.",
     )
@@ -94,7 +106,11 @@ class EndpointConfig(BaseModel):
         description="Fields added to every request body; a turn's own `extra` wins.",
     )
     request_timeout_seconds: float = Field(
-        default=600.0, gt=0, description="Per-request timeout, from send to the last byte."
+        default=600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Per-request timeout, from send to the last byte.",
     )
     session_affinity_header: str = Field(
         default="X-Session-Affinity",

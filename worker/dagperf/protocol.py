@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-VERSION = b"dagperf/2"
+VERSION = b"dagperf/3"
 # The largest message each side accepts; libzmq drops a peer that sends more before a byte of it
 # is buffered, so no peer can make the other hold a huge frame. Credits carry whole prompts;
 # results are a few hundred bytes plus per-chunk timings.
@@ -72,8 +72,11 @@ class Credit(msgspec.Struct, array_like=True, frozen=True):
     request_id: str
     correlation_id: str
     routing_key: str
-    then: tuple[Credit, ...] = ()  # start these the moment this one succeeds (armed credits)
+    # Armed credits, every one under this credit depth first and flat, never nested (a chain
+    # can be thousands long): each starts the moment the credit named by its `after` succeeds.
+    then: tuple[Credit, ...] = ()
     keep_reply: bool = True  # the kept context ends with the live reply (else it is dropped)
+    after: int = -1  # an armed credit: the credit whose success starts it
 
 
 class Credits(msgspec.Struct, tag="credits", frozen=True):

@@ -444,7 +444,14 @@ class Scheduler:
             self._done.set()
 
     def _credit(self, flight: Flight) -> protocol.Credit:
-        then = tuple(self._credit(armed) for armed in flight.armed)
+        """The credit for a flight, carrying its armed flights flat (see `protocol.Credit`)."""
+        after = {id(a): f.credit for f in (flight, *armed_under(flight)) for a in f.armed}
+        then = tuple(self._one_credit(a, after[id(a)]) for a in armed_under(flight))
+        return self._one_credit(flight, -1, then)
+
+    def _one_credit(
+        self, flight: Flight, after: int, then: tuple[protocol.Credit, ...] = ()
+    ) -> protocol.Credit:
         run = flight.run
         node = run.tree.nodes[flight.node]
         session = run.tree.sessions[node.session]
@@ -462,6 +469,7 @@ class Scheduler:
             run.correlation[session.route],
             then,
             node.keep_reply,
+            after,
         )
 
     def _params_of(self, payload: Payload) -> dict[str, Any]:

@@ -10,9 +10,10 @@ messages and the captured reply) is kept for that many later requests of the sam
 which the scheduler routes to this worker because they share its routing key. A history is
 dropped after its last use, or when the scheduler says the run is over.
 
-A credit may carry armed credits (`then`): requests that continue its history and need nothing
-else. They start here the moment it succeeds, before its result is even sent, so a FORK child or
-a next turn follows its parent without a round trip; the result names the ones started. A
+A credit may carry armed credits (`then`, flat, each naming the credit it follows): requests
+that continue its history and need nothing else. They start here the moment that one succeeds,
+before its result is even sent, so a FORK child or a next turn follows its parent without a round
+trip; the result names the ones started. A
 Disarm takes back armed credits not yet started (the run stopped); one already started runs on.
 Results are held back until the armed requests started before them are on the wire: sending a
 batch wakes the scheduler, and on a small machine that costs the children's first bytes more
@@ -83,6 +84,7 @@ class Worker:
         self.incarnation = secrets.token_hex(8)
         self._histories: dict[int, dict[int, list]] = {}  # run -> node -> [messages, uses left]
         self._tasks: dict[int, asyncio.Task] = {}
+        self._after: dict[int, list[protocol.Credit]] = {}  # credit -> armed credits it starts
         self._armed: set[int] = set()  # armed credits not yet started, nor disarmed
         self._unsent: set[int] = set()  # armed credits started whose request is not out yet
         self._awaited: set[int] = set()  # of those, the ones the next batch of results waits for
@@ -141,6 +143,7 @@ class Worker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self._after.clear()
         self._armed.clear()
         self._unsent.clear()
         self._awaited.clear()
@@ -212,14 +215,16 @@ class Worker:
     # --- requests ---------------------------------------------------------------------------
 
     def _start(self, credit: protocol.Credit) -> asyncio.Task:
-        self._armed.update(armed.id for armed in credit.then)
+        for armed in credit.then:
+            self._after.setdefault(armed.after, []).append(armed)
+        self._armed.update(armed.id for armed in self._after.get(credit.id, ()))
         task = self._tasks[credit.id] = asyncio.ensure_future(self._serve(credit))
         return task
 
     def _start_armed(self, credit: protocol.Credit) -> tuple[int, ...]:
         """After `credit` succeeded: start its armed credits that were not disarmed."""
         started = []
-        for armed in credit.then:
+        for armed in self._after.pop(credit.id, ()):
             if armed.id in self._armed:
                 self._armed.discard(armed.id)
                 self._unsent.add(armed.id)
@@ -227,7 +232,17 @@ class Worker:
                 # However it ends (even cancelled before it ran), it no longer holds results.
                 task.add_done_callback(lambda _, armed=armed.id: self._written(armed))
                 started.append(armed.id)
+            else:
+                self._drop_armed(armed.id)
         return tuple(started)
+
+    def _drop_armed(self, credit: int) -> None:
+        """Forget the credits armed under one that will never start them, down the chain."""
+        stack = [credit]
+        while stack:
+            for armed in self._after.pop(stack.pop(), ()):
+                self._armed.discard(armed.id)
+                stack.append(armed.id)
 
     def _written(self, credit: int) -> None:
         """An armed request is on the wire (or ended without getting there); again is harmless."""
@@ -300,7 +315,7 @@ class Worker:
         started: tuple[int, ...] = (),
     ) -> None:
         self._tasks.pop(credit.id, None)
-        self._armed.difference_update(armed.id for armed in credit.then)  # failed: never
+        self._drop_armed(credit.id)  # failed: they never start (after a success: none left)
         start = ex.start_ns or time.time_ns()
         end = ex.end_ns or time.time_ns()
         result = protocol.Result(

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dagperf.dataset.limits import MAX_TOKENS
+
 
 def with_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`messages` as given, or a ValueError naming the first one without a role string."""
@@ -55,6 +57,8 @@ class RequestContent(BaseModel):
             raise ValueError(f"must be a positive integer, got {value!r}")
         if value < 1:
             raise ValueError(f"must be a positive integer, got {value}")
+        if value > MAX_TOKENS:
+            raise ValueError(f"must be at most {MAX_TOKENS} (2^31 - 1), got {value}")
         return value
 
     @field_validator("extra")

@@ -21,12 +21,12 @@ from pydantic import (
     Discriminator,
     Field,
     StrictBool,
-    StrictFloat,
     StrictInt,
     Tag,
 )
 
 from dagperf.dataset.content import RequestContent
+from dagperf.dataset.limits import WaitMs
 
 SessionId = Annotated[str, Field(min_length=1, description="A conversation's session_id.")]
 
@@ -93,10 +93,8 @@ class DagTurn(RequestContent):
     spawns: list[SpawnItem] = Field(
         default_factory=list, description="Children that start from an empty history."
     )
-    delay: StrictFloat = Field(
+    delay: WaitMs = Field(
         default=0.0,
-        ge=0.0,
-        allow_inf_nan=False,
         description="Milliseconds to wait, once the turn is ready, before sending it.",
     )
 

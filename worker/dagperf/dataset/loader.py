@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +20,12 @@ from typing import Any, BinaryIO, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from dagperf.dataset.dag_jsonl import UNION_TAGS, Branch, DagConversation, conversation_branches
+from dagperf.dataset.limits import line_problem, too_deep
 from dagperf.dataset.rules import conversation_problems, file_problems
 from dagperf.gcpause import gc_paused
 
 MAX_PROBLEMS = 100
+_SESSION_ID = re.compile(rb'"session_id"\s*:\s*"([^"\\]{1,200})"')
 _GZIP_MAGIC = b"\x1f\x8b"
 _STOPPED_READING = (
     f"too many problems: stopped reading here after {MAX_PROBLEMS}; fix these and validate again"
@@ -133,6 +136,10 @@ def validated_lines(
     problems added (`unit` says what a line should hold) and comes with None."""
     for lineno, raw in jsonl_lines(lines):
         row: M | None = None
+        if (unsafe := line_problem(raw)) is not None:
+            problems.add(lineno, unsafe)
+            yield lineno, raw, row
+            continue
         try:
             row = model.model_validate_json(raw)
         except ValidationError as e:
@@ -178,6 +185,12 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
 
     for lineno, raw in jsonl_lines(lines):
         seen_a_line = True
+        if (unsafe := line_problem(raw)) is not None:
+            sid = _session_id_of(raw)
+            if sid is not None:
+                unparsed.add(sid)
+            report(lineno, unsafe + (f" (session '{sid}')" if sid else ""))
+            continue
         try:
             conv = DagConversation.model_validate_json(raw)
         except ValidationError as e:
@@ -222,6 +235,9 @@ def _capped(problems: list[Problem], note: Problem) -> list[Problem]:
 
 
 def _session_id_of(raw: bytes) -> str | None:
+    if too_deep(raw):  # json.loads would recurse past the stack: the first one named will do
+        found = _SESSION_ID.search(raw)
+        return found.group(1).decode("utf-8", "replace") if found else None
     try:
         obj = json.loads(raw)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError alike

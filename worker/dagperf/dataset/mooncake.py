@@ -37,6 +37,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dagperf.dataset.content import with_roles
+from dagperf.dataset.limits import ArrivalMs, OutputTokens, PromptTokens, WaitMs
 from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.gcpause import gc_paused
 from dagperf.graph.model import Payload
@@ -59,15 +60,12 @@ class TraceDataset:
 class MooncakeRow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    timestamp: float | None = Field(
+    timestamp: ArrivalMs | None = Field(
         default=None,
-        ge=0,
-        strict=True,
-        allow_inf_nan=False,
         description="Arrival in milliseconds; the first row of a session sets its arrival.",
     )
-    input_length: int | None = Field(
-        default=None, ge=1, strict=True, description="Prompt length in tokens (synthetic text)."
+    input_length: PromptTokens | None = Field(
+        default=None, description="Prompt length in tokens (synthetic text)."
     )
     hash_ids: list[BlockId] | None = Field(
         default=None,
@@ -83,17 +81,14 @@ class MooncakeRow(BaseModel):
     tools: list[dict[str, Any]] | None = Field(
         default=None, min_length=1, description="Tool definitions; only with messages."
     )
-    output_length: int | None = Field(
-        default=None, ge=1, strict=True, description="Maximum completion tokens (max_tokens)."
+    output_length: OutputTokens | None = Field(
+        default=None, description="Maximum completion tokens (max_tokens)."
     )
     session_id: str | None = Field(
         default=None, min_length=1, description="Rows sharing it are one conversation's turns."
     )
-    delay: float | None = Field(
+    delay: WaitMs | None = Field(
         default=None,
-        ge=0,
-        strict=True,
-        allow_inf_nan=False,
         description="Milliseconds to wait after the session's previous turn finished.",
     )
 

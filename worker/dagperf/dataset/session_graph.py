@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from dagperf.dataset.content import RequestContent
+from dagperf.dataset.limits import WaitSeconds
 from dagperf.dataset.loader import DatasetError, Problems, load_file, validated_lines
 from dagperf.graph.model import Payload
 from dagperf.graph.sessions import (
@@ -39,10 +40,8 @@ NodeId = Annotated[str, Field(min_length=1)]
 
 class GraphNodeLine(RequestContent):
     id: NodeId = Field(description="Unique within the session.")
-    wait_after_ready: StrictFloat = Field(
+    wait_after_ready: WaitSeconds = Field(
         default=0.0,
-        ge=0.0,
-        allow_inf_nan=False,
         description="Seconds to wait after the last parent finished, before sending.",
     )
 

@@ -39,6 +39,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from dagperf.dataset.limits import (
+    ArrivalSeconds,
+    OutputTokens,
+    PromptTokens,
+    WaitSeconds,
+    too_deep,
+)
 from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.gcpause import gc_paused
@@ -62,8 +69,6 @@ def _id_text(value: Any) -> Any:
 
 
 Id = Annotated[str, BeforeValidator(_id_text), Field(min_length=1)]
-Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
-Tokens = Annotated[int, Field(ge=1, strict=True)]
 
 
 class SessionContext(BaseModel):
@@ -76,7 +81,7 @@ class SessionContext(BaseModel):
     history_parent: Id | None = Field(
         default=None, description="One of parent_nodes, whose context and reply this continues."
     )
-    wait_after_ready: Seconds = Field(
+    wait_after_ready: WaitSeconds = Field(
         default=0.0, description="Seconds to wait after the last parent finished."
     )
 
@@ -85,11 +90,11 @@ class TimedSessionRow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     session_id: Id = Field(description="Rows sharing it are one session's requests.")
-    arrived_at: Seconds | None = Field(
+    arrived_at: ArrivalSeconds | None = Field(
         default=None, description="The session's arrival in seconds, on its first row."
     )
-    num_prefill_tokens: Tokens = Field(description="New prompt tokens of this request.")
-    num_decode_tokens: Tokens = Field(description="Maximum completion tokens (max_tokens).")
+    num_prefill_tokens: PromptTokens = Field(description="New prompt tokens of this request.")
+    num_decode_tokens: OutputTokens = Field(description="Maximum completion tokens (max_tokens).")
     session_context: SessionContext | None = Field(
         default=None, description="This request's place in the session's DAG."
     )
@@ -335,6 +340,8 @@ def _payload(sid: str, node: str, row: TimedSessionRow) -> Payload:
 
 def _session_id_of(raw: bytes) -> str | None:
     """The session of a line that failed, so its session's graph is not checked again."""
+    if too_deep(raw):  # json.loads would recurse past the stack
+        return None
     try:
         obj = json.loads(raw)
     except ValueError:

@@ -441,23 +441,30 @@ class Dispatcher:
 
     def _arm(self, run: TreeRun, i: int) -> list[Flight]:
         """Credits for the nodes node i alone releases and whose history it holds on its
-        worker, each with its own armed nodes: a conversation's turns all go out at once."""
+        worker, each with its own armed nodes: a conversation's turns all go out at once.
+        Depth first, in dependents' order, without recursion: a chain can be any length."""
         tree = run.tree
         route = tree.sessions[tree.nodes[i].session].route
-        armed = []
-        for j in tree.nodes[i].dependents:
+        armed: list[Flight] = []
+        stack = [(i, iter(tree.nodes[i].dependents), armed)]
+        while stack:
+            parent, dependents, into = stack[-1]
+            j = next(dependents, None)
+            if j is None:
+                stack.pop()
+                continue
             node = tree.nodes[j]
             if (
-                node.deps == (i,)
+                node.deps == (parent,)
                 and not node.join_deps
-                and node.history == i
+                and node.history == parent
                 and node.delay_s == 0
                 and tree.sessions[node.session].route == route
             ):
                 run.nodes[j] = NodeState.ARMED
                 flight = self._flight(run, j)
-                flight.armed = self._arm(run, j)
-                armed.append(flight)
+                into.append(flight)
+                stack.append((j, iter(node.dependents), flight.armed))
         return armed
 
     def _settle_armed(self, flight: Flight, started: Collection[int]) -> None:
@@ -474,10 +481,9 @@ class Dispatcher:
         flight.armed = []
 
     def _disarm(self, flight: Flight) -> None:
-        flight.run.nodes[flight.node] = NodeState.PENDING
-        for armed in flight.armed:
-            self._disarm(armed)
-        flight.armed = []
+        for f in (flight, *armed_under(flight)):
+            f.run.nodes[f.node] = NodeState.PENDING
+            f.armed = []
 
     # --- endings ----------------------------------------------------------------------------
 
@@ -557,5 +563,11 @@ class Dispatcher:
 
 
 def armed_under(flight: Flight) -> list[Flight]:
-    """Every flight armed with this one, and with those, down the chain."""
-    return [f for armed in flight.armed for f in (armed, *armed_under(armed))]
+    """Every flight armed with this one, and with those, down the chain, depth first."""
+    out: list[Flight] = []
+    stack = flight.armed[::-1]
+    while stack:
+        armed = stack.pop()
+        out.append(armed)
+        stack.extend(reversed(armed.armed))
+    return out

@@ -103,7 +103,7 @@ class SessionConfig(_Model):
     """A whole synthetic workload: the same config and seed give the same sessions."""
 
     seed: int = Field(default=0, description="Seeds every draw; the same seed, the same sessions.")
-    num_sessions: int = Field(default=100, ge=1, description="Sessions to generate.")
+    num_sessions: int = Field(default=100, ge=1, le=10_000_000, description="Sessions to generate.")
     session_graph: SessionGraph = Field(description="The shape of each session.")
     prompt: PromptConfig = Field(default=PromptConfig(), description="Prompt text and lengths.")
     context_mode: ContextMode | None = Field(

@@ -32,6 +32,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from dagperf.dataset.limits import MAX_PROMPT_TOKENS, MAX_WAIT_S
+
 ZIPF_MAX_SPAN = 1_000_000  # values a zipf may range over: its weights are tabled once
 
 
@@ -44,6 +46,7 @@ def _number(value: Any) -> int | float:
     raise PydanticCustomError("number", "expected a finite number, got {got}", {"got": repr(value)})
 
 
+MAX_COUNT = MAX_PROMPT_TOKENS  # a count drawn is at most a prompt's length in tokens
 Number = Annotated[int | float, PlainValidator(_number, json_schema_input_type=float)]
 Positive = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 
@@ -208,6 +211,8 @@ def _whole_counts(dist: CountDistribution) -> CountDistribution:
     for at, value in dist.outcomes():
         if not isinstance(value, int) or value < 1:
             raise _problem(at, f"a count must be a whole number of at least 1, got {value!r}")
+        if value > MAX_COUNT:
+            raise _problem(at, f"a count must be at most {MAX_COUNT:,}, got {value!r}")
     return dist
 
 
@@ -215,6 +220,8 @@ def _non_negative(dist: DurationDistribution) -> DurationDistribution:
     for at, value in dist.outcomes():
         if value < 0:
             raise _problem(at, f"seconds must be at least 0, got {value!r}")
+        if value > MAX_WAIT_S:
+            raise _problem(at, f"seconds must be at most {MAX_WAIT_S:,.0f} (a day), got {value!r}")
     return dist
 
 

@@ -1,0 +1,94 @@
+"""The bounds every dataset format is held to, so whatever `validate` accepts, a run can send.
+
+A value past these is not a workload but a typo or an attack: a `max_tokens` no server takes, a
+delay of 1e308 ms that would hang the run, a prompt of 2^40 tokens that would fill the memory,
+an integer no JSON reader of a server can hold, a line nested so deep that parsing it recurses
+past any stack. Each is refused with its line, before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import Field
+
+MAX_TOKENS = 2**31 - 1  # max_tokens and output lengths: the largest any server's int32 takes
+MAX_PROMPT_TOKENS = 10_000_000  # a synthetic prompt's length; ten times today's longest contexts
+MAX_WAIT_S = 86_400.0  # one wait between requests: a day
+MAX_ARRIVAL_S = 7 * 86_400.0  # a session's arrival in a timed trace: a week
+MAX_DEPTH = 64  # JSON nesting of one line; a tool schema needs a dozen levels
+INT64 = (-(2**63), 2**63 - 1)  # what a request body's integers must fit (servers read int64)
+
+OutputTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS, strict=True)]
+PromptTokens = Annotated[int, Field(ge=1, le=MAX_PROMPT_TOKENS, strict=True)]
+
+
+def _time(most: float) -> Any:
+    return Annotated[float, Field(ge=0, le=most, strict=True, allow_inf_nan=False)]
+
+
+WaitSeconds = _time(MAX_WAIT_S)
+WaitMs = _time(MAX_WAIT_S * 1000)
+ArrivalSeconds = _time(MAX_ARRIVAL_S)
+ArrivalMs = _time(MAX_ARRIVAL_S * 1000)
+
+_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# Only a line with such a run can hold an integer past int64 (19 digits) or a float past 1e308
+# (an exponent of three digits), or the non-JSON NaN and Infinity some writers emit.
+_SUSPECT_NUMBER = re.compile(rb"\d{19}|[eE][+]?\d{3}|NaN|Infinity")
+
+
+def line_problem(raw: bytes) -> str | None:
+    """What makes a line unsafe to parse or to send, checked on its bytes first (cheaply:
+    a line without the telltale bytes is not walked)."""
+    if too_deep(raw):
+        return f"nested more than {MAX_DEPTH} levels deep; no request needs that"
+    if _SUSPECT_NUMBER.search(raw) is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None  # the format's own parser reports invalid JSON
+    return _number_problem(value)
+
+
+def too_deep(raw: bytes) -> bool:
+    return raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(raw) > MAX_DEPTH
+
+
+def _depth(raw: bytes) -> int:
+    depth = deepest = 0
+    for match in _STRING_OR_BRACKET.finditer(raw):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def _number_problem(value: Any) -> str | None:
+    """The first integer outside int64 or non-finite number, by its path; no recursion."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{key}" if path else str(key), v) for key, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}.{i}" if path else str(i), v) for i, v in enumerate(item))
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, int) and not INT64[0] <= item <= INT64[1]:
+            return f"{path}: {_short(item)} does not fit in 64 bits, as a server reads integers"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"{path}: {item} is not a finite number"
+    return None
+
+
+def _short(number: int) -> str:
+    text = str(number)
+    return text if len(text) <= 30 else f"{text[:12]}...({len(text)} digits)"
