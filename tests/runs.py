@@ -77,9 +77,15 @@ class Run:
 
 
 async def start_profile(
-    url: str, tmp_path: Path, lines: list, *flags: str
+    url: str,
+    tmp_path: Path,
+    lines: list,
+    *flags: str,
+    env: dict[str, str] | None = None,
+    **spawn: Any,
 ) -> tuple[asyncio.subprocess.Process, Path]:
-    """Start `dagperf profile` on a dataset; returns the process and its artifact directory."""
+    """Start `dagperf profile` on a dataset; returns the process and its artifact directory.
+    `spawn` goes to the process's creation (a session of its own, a resource limit)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     dataset = tmp_path / "data.dag.jsonl"
     dataset.write_bytes(b"".join(encode(*lines)))
@@ -91,7 +97,8 @@ async def start_profile(
         *command,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        env=(env or dict(os.environ)) | {"PYTHONUNBUFFERED": "1"},
+        **spawn,
     )
     return process, directory
 
@@ -127,6 +134,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- the scheduler and worker roles as separate commands ------------------------------------
+
+
+def free_address() -> str:
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+async def spawn(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dagperf", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+
+async def spawn_scheduler(
+    dataset: Path, url: str, address: str, out: Path, keys: Path, *flags: str
+) -> asyncio.subprocess.Process:
+    common = ["--input-file", str(dataset), "--url", url, "--model", "m", "--bind", address]
+    common += ["--keys", str(keys), "--artifact-dir", str(out), "--quiet"]
+    return await spawn("scheduler", *common, *flags)
+
+
+async def spawn_worker(
+    address: str, worker_id: str, keys: Path, url: str, *flags: str
+) -> asyncio.subprocess.Process:
+    common = ["--scheduler", address, "--worker-id", worker_id, "--keys", str(keys)]
+    return await spawn("worker", *common, "--url", url, *flags)
 
 
 @contextlib.asynccontextmanager

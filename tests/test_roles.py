@@ -31,34 +31,17 @@ from dagperf.simulator import running_simulator
 from dagperf.worker import Worker, WorkerConfig
 
 from dagfile import conv, encode, turn
-from runs import RECORDING, children, free_port, gated_simulator, key_set, read_jsonl
-
-
-def free_address() -> str:
-    return f"tcp://127.0.0.1:{free_port()}"
-
-
-async def spawn(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dagperf", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-
-
-async def spawn_scheduler(
-    dataset: Path, url: str, address: str, out: Path, keys: Path, *flags: str
-) -> asyncio.subprocess.Process:
-    common = ["--input-file", str(dataset), "--url", url, "--model", "m", "--bind", address]
-    common += ["--keys", str(keys), "--artifact-dir", str(out), "--quiet"]
-    return await spawn("scheduler", *common, *flags)
-
-
-async def spawn_worker(
-    address: str, worker_id: str, keys: Path, url: str, *flags: str
-) -> asyncio.subprocess.Process:
-    common = ["--scheduler", address, "--worker-id", worker_id, "--keys", str(keys)]
-    return await spawn("worker", *common, "--url", url, *flags)
+from runs import (
+    RECORDING,
+    children,
+    free_address,
+    gated_simulator,
+    key_set,
+    read_jsonl,
+    spawn,
+    spawn_scheduler,
+    spawn_worker,
+)
 
 
 async def until_children(pid: int, count: int) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from dagperf import __version__, verdict
-from dagperf.config import EndpointConfig, LoadConfig
+from dagperf import __version__, lifeline, verdict
+from dagperf.config import EndpointConfig, LoadConfig, api_key_problem
 from dagperf.dataset import DatasetError
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
@@ -45,6 +45,7 @@ log = logging.getLogger("dagperf")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    lifeline.hold()  # a child of `dagperf profile` or of a worker pod's parent dies with it
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -582,6 +583,7 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     graph, load = loaded
     artifact_dir = _artifact_dir(args, load)
     options = _report_options(parser, args, artifact_dir)
+    _writable(parser, artifact_dir)
     plan = LocalPlan(
         graph=graph,
         endpoint=endpoint,
@@ -603,6 +605,18 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return run_sync(go)
 
 
+def _writable(parser: argparse.ArgumentParser, directory: Path) -> None:
+    """Create the artifact directory and write in it now, before a process starts or a
+    request is sent: a run whose results cannot be kept should not begin."""
+    probe = directory / f".dagperf-probe-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        parser.error(f"--artifact-dir: cannot write to {directory}: {e.strerror or e}")
+
+
 def _simulator_args(config: SimConfig) -> tuple[str, ...]:
     out: list[str] = []
     for name, value in config.model_dump().items():
@@ -620,7 +634,7 @@ def _simulator_args(config: SimConfig) -> tuple[str, ...]:
 
 def _report(outcome: Any, console: Any, artifact_dir: Path, health: HealthOptions) -> int:
     console.summary(outcome.document, str(artifact_dir))
-    if (artifact_dir / "profile_export.jsonl").exists():
+    if (artifact_dir / "profile_export_aiperf.json").exists():  # not when the disk was full
         # The verdict is printed and exported; the exit code stays the run's own.
         health_command(str(artifact_dir), health)
     if outcome.failure:
@@ -650,6 +664,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     graph, load = loaded
     artifact_dir = _artifact_dir(args, load)
     options = _report_options(parser, args, artifact_dir)
+    _writable(parser, artifact_dir)
     console = Console(quiet=args.quiet)
 
     async def go() -> int:
@@ -686,6 +701,8 @@ def _worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.processes < 1:
         parser.error("--processes: must be at least 1")
     keys = _role_keys(parser, args, load_worker_keys)
+    if problem := api_key_problem(os.environ.get("OPENAI_API_KEY", "").strip()):
+        parser.error(f"OPENAI_API_KEY: {problem}")
     try:  # the same normal form as the scheduler's, which compares them
         endpoint = EndpointConfig(url=args.url, model="-", endpoint=args.endpoint)
     except ValidationError as e:

@@ -118,6 +118,17 @@ class EndpointConfig(BaseModel):
         "KV-aware routers keep siblings together; empty to send none.",
     )
 
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _sendable_key(cls, key: Any) -> Any:
+        if isinstance(key, SecretStr):
+            key = key.get_secret_value()
+        if isinstance(key, str):
+            key = key.strip()  # a key read from a file or a Secret often ends in a newline
+            if problem := api_key_problem(key):
+                raise ValueError(problem)
+        return key or None
+
     @field_validator("url")
     @classmethod
     def _with_scheme(cls, url: str) -> str:
@@ -144,3 +155,13 @@ class EndpointConfig(BaseModel):
         out = self.model_dump(mode="json")
         out["api_key"] = "<redacted>" if self.api_key else None
         return out
+
+
+def api_key_problem(key: str) -> str | None:
+    """Why a key cannot go in an Authorization header, never quoting the key."""
+    if key.isascii() and key.isprintable():
+        return None
+    return (
+        "the API key holds a control character or a non-ASCII one (a line break, say): "
+        "no HTTP header can carry it; check how it was pasted or read"
+    )

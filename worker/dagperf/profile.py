@@ -6,7 +6,8 @@ run alone (the workers' half written there too), so the local wire is authentica
 encrypted as a cluster's is; without `--url`, a `dagperf simulate` child serves the run.
 Everything started here is stopped here, on success, failure or Ctrl-C (the first asks the
 scheduler to cancel and write what it has; a second one stops at once), and the socket
-directory is removed.
+directory is removed; if this process is killed outright, its children die with it
+(`dagperf.lifeline`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from dagperf import loops
+from dagperf import lifeline, loops
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.console import Console
 from dagperf.graph import RequestGraph
@@ -136,8 +137,9 @@ async def _spawn_worker(
         plan.log_format,
         "--log-level",
         plan.worker_log_level,
-        env=env,
+        env=lifeline.child_env(env),
         stdin=asyncio.subprocess.DEVNULL,
+        start_new_session=True,  # a signal to our group is ours to handle, then theirs
     )
     return name, process
 
@@ -182,6 +184,8 @@ async def _child_simulator(args: tuple[str, ...]):
         *args,
         stdout=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
+        env=lifeline.child_env(dict(os.environ)),
+        start_new_session=True,
     )
     try:
         assert process.stdout is not None

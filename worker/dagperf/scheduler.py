@@ -162,6 +162,7 @@ class Scheduler:
         )
         self._interrupted = False
         self._stop_requested = False
+        self._registration_failure: str | None = None
         self._done = asyncio.Event()
         self._enough = asyncio.Event()
         self._stopped = asyncio.Event()  # a stop request: also ends the metrics linger
@@ -174,6 +175,13 @@ class Scheduler:
 
     async def run(self) -> Outcome:
         loop = asyncio.get_running_loop()
+        try:
+            self.artifacts.directory.mkdir(parents=True, exist_ok=True)
+            write_inputs(self.artifacts.inputs, self.graph, self.endpoint)
+            self._records = RecordWriter(self.artifacts.records)
+        except OSError as e:
+            where = e.filename or self.artifacts.directory
+            raise SchedulerError(f"cannot write {where}: {e.strerror or e}") from None
         context = zmq.Context.instance()
         gate = Gate(context, self.keys)
         socket = context.socket(zmq.ROUTER)
@@ -190,9 +198,6 @@ class Scheduler:
             raise SchedulerError(f"cannot listen on {self.bind}: {e}") from None
         self.endpoint_url = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._channel = Channel(socket, self._on_message, self._flush)
-        self.artifacts.directory.mkdir(parents=True, exist_ok=True)
-        write_inputs(self.artifacts.inputs, self.graph, self.endpoint)
-        self._records = RecordWriter(self.artifacts.records)
         self.artifacts.run_info.setdefault("benchmark_id", secrets.token_hex(6))
         self._watchdog = loop.call_later(self.heartbeat_s, self._watch)
         try:
@@ -234,6 +239,8 @@ class Scheduler:
     async def _await_workers(self) -> None:
         try:
             await asyncio.wait_for(self._enough.wait(), self.registration_timeout_s)
+            if self._registration_failure is not None:
+                raise SchedulerError(self._registration_failure)
         except TimeoutError:
             raise SchedulerError(
                 f"only {len(self._peers)} of {self.expected_workers} worker(s) registered within "
@@ -264,11 +271,16 @@ class Scheduler:
             self._flush()
 
     def worker_exited(self, worker: str, why: str) -> None:
-        """The local driver saw a worker process end."""
+        """The local driver saw a worker process end. It starts no replacement: before the run
+        begins, the expected number can no longer be reached, so waiting would be in vain."""
         if self.dispatcher.finished:
             self._peers.pop(worker, None)  # it was told to shut down: nothing is lost
-        elif worker in self._peers:
+            return
+        if worker in self._peers:
             self._lose(worker, why)
+        if self._state == "waiting for workers" and self._registration_failure is None:
+            self._registration_failure = f"worker {worker} ended before the run began: {why}"
+            self._enough.set()
 
     def _end_reason(self) -> str:
         return self.dispatcher.failure or self.dispatcher.closed_reason or "the run is complete"
@@ -302,6 +314,7 @@ class Scheduler:
             for flight, result in done:
                 if flight is not None:
                     self._record(flight, result)
+            self._check_writes()
 
     def _hello(self, worker: str, hello: protocol.Hello) -> None:
         if hello.url != self.endpoint.url:
@@ -360,7 +373,19 @@ class Scheduler:
         if self.live is not None:
             self._update_live()
         self._records.flush()
+        self._check_writes()
         self._watchdog = asyncio.get_running_loop().call_later(self.heartbeat_s, self._watch)
+
+    def _check_writes(self) -> None:
+        """A record that cannot be written ends the run: measuring on would measure for nothing."""
+        failure = self._write_error()
+        if failure is not None and self.dispatcher.failure is None:
+            self.dispatcher.fail(failure)
+            self._flush()
+
+    def _write_error(self) -> str | None:
+        error = self._records.error
+        return None if error is None else f"cannot write {self._records.path}: {error.strerror}"
 
     def _update_live(self) -> None:
         assert self.live is not None
@@ -525,18 +550,22 @@ class Scheduler:
             )
             | extra
         )
-        write_summary_json(self.artifacts.summary_json, document)
-        write_summary_csv(self.artifacts.summary_csv, self.summary)
+        failure = d.failure or self._write_error()
+        try:
+            write_summary_json(self.artifacts.summary_json, document)
+            write_summary_csv(self.artifacts.summary_csv, self.summary)
+        except OSError as e:
+            failure = failure or f"cannot write the summary in {self.artifacts.directory}: {e}"
         outcome = Outcome(
-            document, d.failure, d.closed_reason, self._interrupted, self._stop_requested
+            document, failure, d.closed_reason, self._interrupted, self._stop_requested
         )
-        if d.failure is None and not self._cut_short:
+        if failure is None and not self._cut_short:
             outcome.rejected = rejection(self.summary.ok, self.summary.errors, self.max_error_rate)
         if self.summary_file is not None:
             status = self.status()
             final = {
                 "outcome": outcome.state,
-                "reason": d.failure or outcome.rejected or d.closed_reason,
+                "reason": failure or outcome.rejected or d.closed_reason,
                 "benchmark": self.benchmark,
                 "progress": status["progress"],
                 "durationSeconds": round(self.summary.duration_s, 3),
@@ -544,5 +573,8 @@ class Scheduler:
                 "branchStats": status["branchStats"],
                 "resultsPath": str(self.artifacts.directory),
             }
-            self.summary_file.write_text(compact_json(final))
+            try:
+                self.summary_file.write_text(compact_json(final))
+            except OSError as e:
+                log.error("cannot write the summary file %s: %s", self.summary_file, e)
         return outcome

@@ -46,7 +46,7 @@ from typing import Any
 import msgspec
 import zmq
 
-from dagperf import loops, protocol
+from dagperf import lifeline, loops, protocol
 from dagperf.channel import Channel, receive
 from dagperf.client import Exchange, exchange
 from dagperf.config import ENDPOINT_PATHS
@@ -59,6 +59,7 @@ from dagperf.metrics.tokens import TokenCounter, TokenizerError
 log = logging.getLogger(__name__)
 
 _json = msgspec.json.Encoder()
+WAITING_LOG_S = 5.0  # how often a worker says it is still waiting for its scheduler
 HELLO_INTERVAL_S = 0.5
 
 
@@ -112,12 +113,19 @@ class Worker:
 
     async def _register(self) -> None:
         hello = protocol.Hello(self.worker_id, self.incarnation, os.getpid(), self.config.url)
+        began = said = time.monotonic()
         while not self._welcomed.is_set() and not self._stop.is_set():
             self._send(hello)
             try:
                 await asyncio.wait_for(self._welcomed.wait(), HELLO_INTERVAL_S)
             except TimeoutError:
-                continue
+                now = time.monotonic()
+                if now - said >= WAITING_LOG_S:  # silence would look like a hang
+                    said = now
+                    log.warning(
+                        "waiting for the scheduler at %s (no answer for %.0f s); retrying",
+                        self.config.scheduler, now - began,
+                    )  # fmt: skip
 
     async def _serve_until_silent(self) -> None:
         assert self._settings is not None
@@ -394,6 +402,7 @@ def serve_workers(config: WorkerConfig, keys_dir: str, processes: int, log_flags
         return loops.run(_serve_one(config))
     stopped_by: set[int] = set()
     children: list[subprocess.Popen] = []
+    environ = dict(os.environ)
 
     def forward(sig: int, _frame: object) -> None:
         stopped_by.add(sig)
@@ -410,7 +419,7 @@ def serve_workers(config: WorkerConfig, keys_dir: str, processes: int, log_flags
         command += ["--worker-id", f"{config.worker_id}-{index}", "--keys", keys_dir]
         command += ["--url", config.url, *(["--endpoint", config.endpoint] * bool(config.endpoint))]
         command += ["--scheduler-timeout", str(config.scheduler_timeout), *log_flags]
-        child = subprocess.Popen([sys.executable, *command])
+        child = subprocess.Popen([sys.executable, *command], env=lifeline.child_env(environ))
         children.append(child)
         for sig in tuple(stopped_by):  # came while it was being started: `forward` missed it
             child.send_signal(sig)

@@ -145,7 +145,7 @@ class Dispatcher:
             for i, node in enumerate(run.tree.nodes):
                 if sessions[node.session].route in routes and run.nodes[i] < NodeState.SENT:
                     self._end(run, i, NodeState.SKIPPED)
-        if not self.router and not self.finished:
+        if not self.router and self._begun and not self.finished:  # else others may register
             self._fail("every worker was lost")
         self._advance()
         return lost
@@ -189,6 +189,13 @@ class Dispatcher:
         if not self.finished:
             self._close(reason)
             self._cancel_everything()
+            self._advance()
+
+    def fail(self, reason: str) -> None:
+        """The run cannot go on (say, its records cannot be written): fail it and cancel
+        everything in flight."""
+        if not self.finished:
+            self._fail(reason)
             self._advance()
 
     def stop(self, reason: str) -> None:

@@ -13,13 +13,14 @@ import msgspec
 
 from dagperf.config import EndpointConfig
 from dagperf.endpoints import request_body, request_params
+from dagperf.exports.files import whole_or_nothing
 from dagperf.graph import RequestGraph
 
 
 def write_inputs(path: Path, graph: RequestGraph, endpoint: EndpointConfig) -> None:
     encode = msgspec.json.Encoder().encode
     seen: set[str] = set()
-    with path.open("wb") as f:
+    with whole_or_nothing(path, "wb") as f:
         f.write(b'{"data": [')
         for tree in graph.trees:
             for session in tree.sessions:

@@ -7,6 +7,7 @@ a crash loses little).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -74,19 +75,57 @@ def record(
 
 
 class RecordWriter:
+    """Whole lines or nothing: after a write error (a full disk, a file-size limit) the file is
+    cut back to its last complete line and later writes are dropped, so what is on disk stays
+    valid JSON lines. `error` says what went wrong, for the run to end on."""
+
     def __init__(self, path: Path):
         self.path = path
         self._file = path.open("wb", buffering=1 << 20)
         self._encode = msgspec.json.Encoder().encode
         self.count = 0
+        self.error: OSError | None = None
 
     def write(self, line: dict[str, Any]) -> None:
-        self._file.write(self._encode(line))
-        self._file.write(b"\n")
-        self.count += 1
+        if self.error is not None:
+            return
+        try:
+            self._file.write(self._encode(line) + b"\n")
+        except OSError as e:
+            self._broken(e)
+        else:
+            self.count += 1
 
     def flush(self) -> None:
-        self._file.flush()
+        if self.error is None:
+            try:
+                self._file.flush()
+            except OSError as e:
+                self._broken(e)
 
     def close(self) -> None:
-        self._file.close()
+        self.flush()
+        with contextlib.suppress(OSError):  # broken: the buffer it would flush is dropped
+            self._file.close()
+
+    def _broken(self, error: OSError) -> None:
+        self.error = error
+        with contextlib.suppress(OSError):
+            self._file.close()
+        with contextlib.suppress(OSError):
+            cut_to_last_line(self.path)
+
+
+def cut_to_last_line(path: Path) -> None:
+    """Truncate a file after its last newline, dropping a line a failed write left half done."""
+    with path.open("rb+") as f:
+        end = f.seek(0, 2)
+        while end > 0:
+            start = max(0, end - (1 << 16))
+            f.seek(start)
+            newline = f.read(end - start).rfind(b"\n")
+            if newline >= 0:
+                f.truncate(start + newline + 1)
+                return
+            end = start
+        f.truncate(0)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dagperf import __version__
+from dagperf.exports.files import whole_or_nothing
 from dagperf.metrics.catalog import RECORD, SCALARS
 from dagperf.metrics.summary import PERCENTILES, PhaseSummary
 
@@ -54,13 +55,14 @@ def summary_document(
 
 
 def write_summary_json(path: Path, document: dict[str, Any]) -> None:
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    with whole_or_nothing(path) as f:
+        f.write(json.dumps(document, indent=2) + "\n")
 
 
 def write_summary_csv(path: Path, summary: PhaseSummary) -> None:
     stats = summary.metric_stats()
     rows = sorted((f"{RECORD[name].label} ({s['unit']})", s) for name, s in stats.items())
-    with path.open("w", newline="") as f:
+    with whole_or_nothing(path, newline="") as f:
         out = csv.writer(f)
         out.writerow(["Metric", *STAT_COLUMNS])
         for label, s in rows:

@@ -18,7 +18,6 @@ at a time; `report` the models of their options and verdicts, and the console re
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import msgspec
 
+from dagperf.exports.files import whole_or_nothing
 from dagperf.health.report import (
     CheckResult,
     HealthError,
@@ -135,9 +135,8 @@ def check_artifacts(artifact_dir: Path, options: HealthOptions | None = None) ->
 def write_report(report: HealthReport, artifact_dir: Path) -> Path:
     """Write `health_check.json` (whole or not at all) and return its path."""
     path = Path(artifact_dir) / REPORT_FILE
-    partial = path.with_name(f".{REPORT_FILE}.tmp")
-    partial.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    os.replace(partial, path)
+    with whole_or_nothing(path) as f:
+        f.write(json.dumps(report.to_json(), indent=2) + "\n")
     return path
 
 
