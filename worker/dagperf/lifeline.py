@@ -6,7 +6,7 @@ sending load. So each child asks the kernel for a signal when its parent dies
 (PR_SET_PDEATHSIG), and then checks that its parent is still the one that started it, which
 closes the window where the parent died before the request was made.
 
-Children also run in a session of their own, so a signal to the parent's process group (Ctrl-C
+Children also run in a process group of their own, so a signal to the parent's group (Ctrl-C
 in a terminal, `timeout`, a container runtime) reaches only the parent, which then stops them in
 order and writes what the run measured.
 """

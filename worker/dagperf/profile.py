@@ -139,7 +139,9 @@ async def _spawn_worker(
         plan.worker_log_level,
         env=lifeline.child_env(env),
         stdin=asyncio.subprocess.DEVNULL,
-        start_new_session=True,  # a signal to our group is ours to handle, then theirs
+        # A group of its own (not a session: a session is a scheduler autogroup, and would
+        # change how the CPU is shared with the server on the same machine).
+        preexec_fn=os.setpgrp,  # a signal to our group is ours to handle, then theirs
     )
     return name, process
 
@@ -185,7 +187,7 @@ async def _child_simulator(args: tuple[str, ...]):
         stdout=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
         env=lifeline.child_env(dict(os.environ)),
-        start_new_session=True,
+        preexec_fn=os.setpgrp,
     )
     try:
         assert process.stdout is not None
