@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cluster import Api
+from emulator import Api
 
 DAGPERF = str(Path(sys.executable).with_name("dagperf"))  # the image's entry point, installed
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps

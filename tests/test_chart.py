@@ -26,7 +26,7 @@ from dagperf_operator.cli import parser as operator_parser
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
 
-from cluster import CRD_FILE, ROOT, Api, serving_cluster, write_kubeconfig
+from emulator import CRD_FILE, ROOT, Api, serving_cluster, write_kubeconfig
 from runs import free_port
 
 CHART = ROOT / "charts" / "dagperf"

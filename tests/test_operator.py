@@ -16,8 +16,8 @@ import yaml
 from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf_operator.settings import OperatorSettings
 
-from cluster import ROOT, Api, operating
 from dagfile import conv, encode, turn
+from emulator import ROOT, Api, operating
 from runs import eventually, free_port
 
 NS = "bench"

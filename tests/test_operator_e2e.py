@@ -17,7 +17,7 @@ import pytest
 
 from dagperf.simulator import SimConfig
 
-from cluster import ROOT, operating
+from emulator import ROOT, operating
 from kubelet import Kubelet
 from runs import free_port, gated_simulator, read_jsonl
 

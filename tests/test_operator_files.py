@@ -25,7 +25,7 @@ from dagperf_operator.crd import crd_yaml
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
 
-from cluster import CRD_FILE, ROOT, Api, operating, serving_cluster, write_kubeconfig
+from emulator import CRD_FILE, ROOT, Api, operating, serving_cluster, write_kubeconfig
 from runs import free_port
 
 EXAMPLE = ROOT / "examples" / "benchmark.yaml"

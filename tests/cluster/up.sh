@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Brings up a real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC, the default
+# admission plugins, a service-account signing key) and kube-controller-manager, all upstream
+# code built by build.sh. Every connection is TLS with client certificates, every port is bound
+# to 127.0.0.1. There is no kubelet and no scheduler: the tests bring their own node.
+#
+# Prints the path of an admin kubeconfig as its last line of stdout. down.sh stops it all.
+#
+#   DAGPERF_CLUSTER_DIR  state: certificates, etcd's data, logs, kubeconfigs (default below)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+DIR="${DAGPERF_CLUSTER_DIR:-${TMPDIR:-/tmp}/dagperf-cluster}"
+BIN="$("$HERE/build.sh" | tail -1)"
+
+"$HERE/down.sh" > /dev/null  # a control plane left behind in this directory goes first
+mkdir -p "$DIR"
+chmod 700 "$DIR"
+cd "$DIR"
+rm -rf pki etcd-data ./*.log ./*.kubeconfig
+mkdir pki
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+ETCD_PORT=$(free_port) ETCD_PEER_PORT=$(free_port) API_PORT=$(free_port) KCM_PORT=$(free_port)
+
+# --- certificates: one CA signs the servers' and the clients' certificates ---------------------
+openssl_quiet() { openssl "$@" 2> /dev/null; }
+openssl_quiet req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=dagperf-test-ca" \
+  -keyout pki/ca.key -out pki/ca.crt
+issue() { # issue NAME SUBJECT [SUBJECT_ALT_NAMES]
+  openssl_quiet req -newkey rsa:2048 -nodes -subj "$2" -keyout "pki/$1.key" -out "pki/$1.csr"
+  local ext="pki/$1.ext"
+  echo "basicConstraints=CA:FALSE" > "$ext"
+  if [ -n "${3:-}" ]; then
+    echo "subjectAltName=$3" >> "$ext"
+    echo "extendedKeyUsage=serverAuth,clientAuth" >> "$ext"
+  else
+    echo "extendedKeyUsage=clientAuth" >> "$ext"
+  fi
+  openssl_quiet x509 -req -in "pki/$1.csr" -CA pki/ca.crt -CAkey pki/ca.key -CAcreateserial \
+    -days 2 -extfile "$ext" -out "pki/$1.crt"
+  rm "pki/$1.csr" "$ext"
+}
+issue etcd "/CN=etcd" "IP:127.0.0.1,DNS:localhost"
+issue apiserver "/CN=kube-apiserver" \
+  "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+issue apiserver-etcd "/CN=kube-apiserver-etcd-client"
+issue admin "/O=system:masters/CN=dagperf-test-admin"
+issue controller-manager "/CN=system:kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
+openssl_quiet genrsa -out pki/sa.key 2048
+openssl_quiet rsa -in pki/sa.key -pubout -out pki/sa.pub
+chmod 600 pki/*.key
+
+kubeconfig() { # kubeconfig USER
+  cat > "$1.kubeconfig" << EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: dagperf-test
+  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$DIR/pki/ca.crt"}
+users:
+- name: $1
+  user: {client-certificate: "$DIR/pki/$1.crt", client-key: "$DIR/pki/$1.key"}
+contexts:
+- name: dagperf-test
+  context: {cluster: dagperf-test, user: $1}
+current-context: dagperf-test
+EOF
+  chmod 600 "$1.kubeconfig"
+}
+kubeconfig admin
+kubeconfig controller-manager
+
+start() { # start NAME COMMAND...: in the background, in a process group of its own, logged
+  local name=$1
+  shift
+  setsid "$@" > "$name.log" 2>&1 < /dev/null &
+  echo $! > "$name.pid"
+}
+
+wait_ready() { # wait_ready NAME URL CERT
+  local i
+  for i in $(seq 1 600); do
+    if curl -sf --cacert pki/ca.crt --cert "pki/$3.crt" --key "pki/$3.key" "$2" > /dev/null; then
+      return 0
+    fi
+    if ! kill -0 "$(cat "$1.pid")" 2> /dev/null; then
+      echo "up.sh: $1 exited; the end of $DIR/$1.log:" >&2
+      tail -20 "$1.log" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  echo "up.sh: $1 was not ready in 120 s; the end of $DIR/$1.log:" >&2
+  tail -20 "$1.log" >&2
+  exit 1
+}
+
+# --- etcd: client certificates required, data that need not survive a crash -----------------
+start etcd "$BIN/etcd" --name dagperf-test --data-dir "$DIR/etcd-data" --unsafe-no-fsync \
+  --listen-client-urls "https://127.0.0.1:$ETCD_PORT" \
+  --advertise-client-urls "https://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "dagperf-test=http://127.0.0.1:$ETCD_PEER_PORT" \
+  --listen-metrics-urls "" \
+  --client-cert-auth --trusted-ca-file pki/ca.crt --cert-file pki/etcd.crt --key-file pki/etcd.key
+wait_ready etcd "https://127.0.0.1:$ETCD_PORT/health" apiserver-etcd
+
+# --- kube-apiserver ---------------------------------------------------------------------------
+# No endpoint reconciler: the `kubernetes` Service cannot have 127.0.0.1 as an endpoint.
+start kube-apiserver "$BIN/kube-apiserver" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+  --etcd-servers "https://127.0.0.1:$ETCD_PORT" --etcd-cafile pki/ca.crt \
+  --etcd-certfile pki/apiserver-etcd.crt --etcd-keyfile pki/apiserver-etcd.key \
+  --tls-cert-file pki/apiserver.crt --tls-private-key-file pki/apiserver.key \
+  --client-ca-file pki/ca.crt \
+  --authorization-mode Node,RBAC --anonymous-auth=false \
+  --service-account-issuer https://kubernetes.default.svc \
+  --service-account-key-file pki/sa.pub --service-account-signing-key-file pki/sa.key \
+  --service-cluster-ip-range 10.96.0.0/24 --endpoint-reconciler-type none \
+  --profiling=false
+wait_ready kube-apiserver "https://127.0.0.1:$API_PORT/readyz" admin
+
+# --- kube-controller-manager ------------------------------------------------------------------
+# Every default controller but node lifecycle, which would taint the tests' node as unreachable
+# (it has no kubelet heartbeat); each controller acts under its own service account.
+start kube-controller-manager "$BIN/kube-controller-manager" \
+  --kubeconfig controller-manager.kubeconfig \
+  --authentication-kubeconfig controller-manager.kubeconfig \
+  --authorization-kubeconfig controller-manager.kubeconfig \
+  --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
+  --tls-cert-file pki/controller-manager.crt --tls-private-key-file pki/controller-manager.key \
+  --client-ca-file pki/ca.crt --root-ca-file pki/ca.crt \
+  --service-account-private-key-file pki/sa.key --use-service-account-credentials \
+  --controllers '*,-nodelifecycle' --leader-elect=false --profiling=false
+wait_ready kube-controller-manager "https://127.0.0.1:$KCM_PORT/healthz" admin
+
+echo "$DIR/admin.kubeconfig"

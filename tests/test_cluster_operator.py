@@ -1,0 +1,336 @@
+"""The operator in a real control plane, installed by `helm install` and running as the chart's
+pod with its service account's token: RBAC, admission, the Job and ReplicaSet controllers and the
+garbage collector are the real ones. The suite's node (tests/node.py) runs every pod as local
+processes; the endpoint is the simulator in this test's loop, behind a Gate where a test needs
+the run held in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+
+import pytest
+
+from dagperf.simulator import SimConfig
+
+from control_plane import CHART, ROOT, Client, established, namespace
+from node import Node
+from runs import eventually, gated_simulator, read_jsonl
+
+pytestmark = pytest.mark.cluster
+
+DATASET = ROOT / "examples" / "dag_jsonl" / "three-roots.dag.jsonl"  # 3 roots, 9 requests
+KEY = "sk-cluster-secret"
+SIM = SimConfig(api_key=KEY, ttft_ms=5, itl_ms=1, output_tokens=8)
+_tests = itertools.count(1)
+
+
+class Cluster:
+    def __init__(self, api: Client, node: Node, ns: str, system: str, release: str, sim, gate):
+        self.api, self.node, self.ns, self.system = api, node, ns, system
+        self.release, self.sim, self.gate = release, sim, gate
+
+    def path(self, name: str = "") -> str:
+        base = f"/apis/dagperf.io/v1alpha1/namespaces/{self.ns}/benchmarks"
+        return f"{base}/{name}" if name else base
+
+    async def start(self, name: str = "demo", **spec) -> dict:
+        body = {
+            "endpoint": {"url": self.sim.url, "apiKeySecretRef": {"name": "endpoint"}},
+            "dataset": {"configMapRef": {"name": "dataset"}},
+            "workers": {"replicas": 2},
+            "results": {"persistentVolumeClaim": {"claimName": "results"}},
+        }
+        return await self.api.create(self.path(), {
+            "apiVersion": "dagperf.io/v1alpha1", "kind": "Benchmark",
+            "metadata": {"name": name}, "spec": body | spec,
+        })  # fmt: skip
+
+    async def until(self, name: str, predicate, timeout: float = 90) -> dict:
+        return await eventually(
+            lambda: self.api.get(self.path(name)), lambda b: b is not None and predicate(b), timeout
+        )
+
+    async def pods(self, prefix: str) -> list[dict]:
+        found = await self.api.items(f"/api/v1/namespaces/{self.ns}/pods")
+        return [p for p in found if p["metadata"]["name"].startswith(prefix)]
+
+    async def operator_pods(self) -> list[dict]:
+        return await self.api.items(f"/api/v1/namespaces/{self.system}/pods")
+
+    async def owned(self, name: str) -> dict[str, list[str]]:
+        """Every object in the namespace that names the Benchmark as its owner, by kind."""
+        kinds = {
+            "Job": "/apis/batch/v1/jobs", "Deployment": "/apis/apps/v1/deployments",
+            "Service": "/api/v1/services", "Secret": "/api/v1/secrets",
+            "PersistentVolumeClaim": "/api/v1/persistentvolumeclaims",
+            "NetworkPolicy": "/apis/networking.k8s.io/v1/networkpolicies",
+        }  # fmt: skip
+        found: dict[str, list[str]] = {}
+        for kind, path in kinds.items():
+            prefix, plural = path.rsplit("/", 1)
+            for obj in await self.api.items(f"{prefix}/namespaces/{self.ns}/{plural}"):
+                owners = obj["metadata"].get("ownerReferences") or []
+                if any(o["kind"] == "Benchmark" and o["name"] == name for o in owners):
+                    found.setdefault(kind, []).append(obj["metadata"]["name"])
+        return found
+
+
+@pytest.fixture
+async def cluster(control_plane, tmp_path):
+    """The chart installed in a namespace of its own, a namespace for Benchmarks with the
+    dataset, the API key and a results claim, and a node running every pod of both."""
+    n = next(_tests)
+    system, ns, release = f"dagperf-system-{n}", f"bench-{n}", f"op{n}"
+    async with control_plane.admin() as api:
+        for name in (system, ns):
+            await namespace(api, name)
+        await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dataset"},
+            "data": {DATASET.name: DATASET.read_text()},
+        })  # fmt: skip
+        await api.create(f"/api/v1/namespaces/{ns}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "endpoint"},
+            "data": {"api-key": base64.b64encode(KEY.encode()).decode()},
+        })  # fmt: skip
+        await api.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "results"},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        })  # fmt: skip
+        node = Node(control_plane, api, tmp_path / "node", f"node-{n}", {system, ns})
+        async with node, gated_simulator(SIM) as (sim, gate):
+            await asyncio.to_thread(
+                control_plane.helm, "install", release, str(CHART), "--namespace", system,
+                "--set-json", "operator.pollIntervalSeconds=0.5",
+                "--set", "operator.logFormat=plain",
+                "--set", "benchmarkDefaults.metricsLingerSeconds=0",
+            )  # fmt: skip
+            await established(api)
+            try:
+                yield Cluster(api, node, ns, system, release, sim, gate)
+            finally:
+                print(node.output())  # shown when the test failed
+                await asyncio.to_thread(
+                    control_plane.helm, "uninstall", release, "--namespace", system
+                )
+
+
+def failed_job(job: dict) -> bool:
+    """The Job controller's verdict: failed, with no retry (the operator sets backoffLimit 0)."""
+    conditions = job["status"].get("conditions") or []
+    return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions)
+
+
+def phase(name: str):
+    return lambda b: (b.get("status") or {}).get("phase") == name
+
+
+def condition(benchmark: dict, kind: str) -> dict:
+    return next(c for c in benchmark["status"]["conditions"] if c["type"] == kind)
+
+
+async def test_a_benchmark_runs_to_success_with_exports_on_the_volume(cluster):
+    await cluster.start(load={"concurrency": 3})
+    running = await cluster.until("demo", phase("Running"))
+    await cluster.gate.holding(3)  # the three roots are in flight
+    assert running["status"]["workers"] == {"desired": 2, "registered": 2}
+    cluster.gate.open()
+    done = await cluster.until("demo", phase("Succeeded"))
+
+    status = done["status"]
+    assert status["progress"]["requestsCompleted"] == 9 and status["progress"]["errors"] == 0
+    assert status["summary"]["requestThroughput"] > 0 and status["summary"]["errorRate"] == 0
+    assert status["branchStats"]["children_completed"] == 6
+    assert condition(done, "Completed")["status"] == "True"
+
+    results = cluster.node.claim("results") / "demo"
+    records = read_jsonl(results / "profile_export.jsonl")
+    assert len(records) == 9 and not any(r["error"] for r in records)
+    exported = json.loads((results / "profile_export_aiperf.json").read_text())
+    assert exported["request_count"]["avg"] == 9
+    assert KEY not in (results / "profile_export_aiperf.json").read_text()
+
+    # The Job controller saw the scheduler's pod succeed; the workers were scaled to zero and
+    # the ReplicaSet controller removed their pods.
+    job = f"/apis/batch/v1/namespaces/{cluster.ns}/jobs/demo-scheduler"
+    await eventually(lambda: cluster.api.get(job), lambda j: j["status"].get("succeeded") == 1)
+    await eventually(lambda: cluster.pods("demo-workers-"), lambda pods: pods == [])
+
+
+async def test_dataset_errors_are_reported_before_any_pod_starts(cluster):
+    await cluster.api.create(f"/api/v1/namespaces/{cluster.ns}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken"},
+        "data": {"d.jsonl": '{"session_id": "root", "turns": []}\n{oops\n'},
+    })  # fmt: skip
+    await cluster.start("bad", dataset={"configMapRef": {"name": "broken"}})
+    await cluster.start("missing", dataset={"configMapRef": {"name": "nowhere"}})
+    bad = await cluster.until("bad", phase("Failed"))
+    missing = await cluster.until("missing", phase("Failed"))
+
+    valid = condition(bad, "DatasetValid")
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidDataset")
+    assert "line 2: invalid JSON" in valid["message"]
+    valid = condition(missing, "DatasetValid")
+    assert (valid["status"], valid["reason"]) == ("False", "ConfigMapNotFound")
+    assert await cluster.owned("bad") == {} and await cluster.owned("missing") == {}
+    assert await cluster.pods("") == []
+    # The operator may create Events (its RBAC), so a user sees why in `kubectl describe`.
+    events = await eventually(
+        lambda: cluster.api.items(f"/api/v1/namespaces/{cluster.ns}/events"),
+        lambda found: {"InvalidDataset", "ConfigMapNotFound"} <= {e["reason"] for e in found},
+    )
+    by_reason = {e["reason"]: e for e in events}
+    assert by_reason["InvalidDataset"]["type"] == "Warning"
+    assert by_reason["InvalidDataset"]["involvedObject"]["name"] == "bad"
+
+
+async def test_deleting_a_benchmark_collects_its_children_and_stops_its_pods(cluster):
+    await cluster.start(load={"concurrency": 3})
+    await cluster.until("demo", phase("Running"))
+    await cluster.gate.holding(3)
+    owned = await cluster.owned("demo")
+    assert {k: len(v) for k, v in owned.items()} == {
+        "Job": 1, "Deployment": 1, "Service": 1, "Secret": 1, "NetworkPolicy": 1,
+    }  # fmt: skip
+    running = [p["metadata"]["name"] for p in await cluster.pods("demo-")]
+    assert len(running) == 3  # the scheduler and two workers
+
+    await cluster.api.delete(cluster.path("demo"))  # as `kubectl delete` does: in the background
+    await cluster.api.gone(cluster.path("demo"))
+    await eventually(lambda: cluster.owned("demo"), lambda left: left == {}, timeout=60)
+    await eventually(lambda: cluster.pods("demo-"), lambda left: left == [], timeout=60)
+    assert not [p for p in cluster.node.pods.values() if p.name in running]
+    cluster.gate.open()
+
+
+async def test_an_operator_restarted_mid_run_adopts_it_without_duplicating_children(cluster):
+    await cluster.start(load={"concurrency": 3})
+    await cluster.until("demo", phase("Running"))
+    await cluster.gate.holding(3)
+    (operator,) = await cluster.operator_pods()
+    await cluster.api.delete(
+        f"/api/v1/namespaces/{cluster.system}/pods/{operator['metadata']['name']}"
+    )  # the ReplicaSet controller starts another, which the node runs
+    await eventually(
+        cluster.operator_pods,
+        lambda pods: (
+            [p["metadata"]["uid"] for p in pods] not in ([], [operator["metadata"]["uid"]])
+            and all(p["status"].get("phase") == "Running" for p in pods)
+        ),
+    )
+    cluster.gate.open()
+    done = await cluster.until("demo", phase("Succeeded"))
+    assert done["status"]["progress"]["requestsCompleted"] == 9
+    owned = await cluster.owned("demo")
+    assert {k: len(v) for k, v in owned.items() if k != "Secret"} == {
+        "Job": 1, "Deployment": 1, "Service": 1, "NetworkPolicy": 1,
+    }  # fmt: skip
+    assert len([n for n in cluster.node.started if n.startswith("demo-scheduler-")]) == 1
+
+
+async def test_a_worker_killed_mid_run_is_restarted_and_its_requests_are_errors(cluster):
+    await cluster.start(load={"concurrency": 3})
+    await cluster.until("demo", phase("Running"))
+    await cluster.gate.holding(3)
+    victim = (await cluster.pods("demo-workers-"))[0]["metadata"]["name"]
+    cluster.node.kill(cluster.ns, victim)  # SIGKILL, as a crash or the OOM killer would
+    restarted = await eventually(
+        lambda: cluster.api.get(f"/api/v1/namespaces/{cluster.ns}/pods/{victim}"),
+        lambda p: (
+            p["status"]["containerStatuses"][0]["restartCount"] == 1
+            and "running" in p["status"]["containerStatuses"][0]["state"]
+        ),
+    )
+    last = restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    assert last["exitCode"] == 137
+    cluster.gate.open()
+    done = await cluster.until("demo", lambda b: phase("Succeeded")(b) or phase("Failed")(b))
+
+    records = read_jsonl(cluster.node.claim("results") / "demo" / "profile_export.jsonl")
+    lost = [r for r in records if (r["error"] or {}).get("type") == "WorkerLost"]
+    assert lost and all(victim in r["error"]["message"] for r in lost)
+    assert done["status"]["progress"]["errors"] == len(lost)
+    fine = [r for r in records if not r["error"]]
+    assert all(not r["metadata"]["worker_id"].startswith(victim) for r in fine)
+    # Which roots the victim held is the routing's choice; the verdict must follow from it.
+    if fine:
+        assert phase("Succeeded")(done), done["status"]
+    else:
+        assert done["status"]["message"].startswith("the run failed: every request failed")
+
+
+async def test_a_scheduler_pod_that_dies_fails_the_benchmark(cluster):
+    await cluster.start(load={"concurrency": 3})
+    await cluster.until("demo", phase("Running"))
+    await cluster.gate.holding(3)
+    (scheduler,) = await cluster.pods("demo-scheduler-")
+    cluster.node.kill(cluster.ns, scheduler["metadata"]["name"])
+    failed = await cluster.until("demo", phase("Failed"))
+    assert "137" in failed["status"]["message"], failed["status"]
+    assert condition(failed, "Completed")["status"] == "False"
+    job = f"/apis/batch/v1/namespaces/{cluster.ns}/jobs/demo-scheduler"
+    await eventually(lambda: cluster.api.get(job), failed_job)
+    deployment = f"/apis/apps/v1/namespaces/{cluster.ns}/deployments/demo-workers"
+    assert (await cluster.api.get(deployment))["spec"]["replicas"] == 0
+    await eventually(lambda: cluster.pods("demo-workers-"), lambda left: left == [], timeout=60)
+    cluster.gate.open()
+
+
+async def test_two_benchmarks_run_at_once_each_to_its_own_results(cluster):
+    await cluster.start("alpha", load={"concurrency": 3})
+    await cluster.start("beta", load={"concurrency": 3})
+    for name in ("alpha", "beta"):
+        await cluster.until(name, phase("Running"))
+    await cluster.gate.holding(6)  # both runs' roots in flight together
+    cluster.gate.open()
+    for name in ("alpha", "beta"):
+        done = await cluster.until(name, phase("Succeeded"))
+        assert done["status"]["progress"]["requestsCompleted"] == 9
+        records = read_jsonl(cluster.node.claim("results") / name / "profile_export.jsonl")
+        assert len(records) == 9 and not any(r["error"] for r in records)
+        assert all(r["metadata"]["worker_id"].startswith(f"{name}-workers-") for r in records)
+
+
+async def test_status_stays_right_while_others_write_the_benchmark(cluster):
+    """A user (or another controller) labels and annotates the Benchmark all through its run:
+    each write bumps its resourceVersion under the operator's patches. The run still ends once,
+    with its status whole, and nothing is created twice."""
+    await cluster.start(load={"concurrency": 3})
+    writes = 0
+
+    async def meddle() -> None:
+        nonlocal writes
+        while True:
+            patch = {"metadata": {"annotations": {"example.com/touched": str(writes)},
+                                  "labels": {"touched": str(writes % 7)}}}  # fmt: skip
+            await cluster.api.patch(cluster.path("demo"), patch)
+            writes += 1
+            await asyncio.sleep(0.01)
+
+    meddler = asyncio.create_task(meddle())
+    try:
+        await cluster.until("demo", phase("Running"))
+        await cluster.gate.holding(3)
+        cluster.gate.open()
+        done = await cluster.until("demo", phase("Succeeded"))
+    finally:
+        meddler.cancel()
+    assert writes > 20
+    assert done["status"]["progress"]["requestsCompleted"] == 9
+    assert condition(done, "Completed")["status"] == "True"
+    owned = await cluster.owned("demo")
+    assert len(owned["Job"]) == len(owned["Deployment"]) == len(owned["Service"]) == 1
+
+
+async def test_a_finished_benchmark_goes_after_its_ttl_and_takes_its_children(cluster):
+    cluster.gate.open()
+    await cluster.start(load={"concurrency": 3}, ttlSecondsAfterFinished=1)
+    await cluster.until("demo", phase("Succeeded"))
+    await cluster.api.gone(cluster.path("demo"))  # deleted by the operator's TTL timer
+    await eventually(lambda: cluster.owned("demo"), lambda left: left == {}, timeout=60)
+    await eventually(lambda: cluster.pods("demo-"), lambda left: left == [], timeout=60)
+    # What it measured stays on the volume: the claim is the user's, not the Benchmark's.
+    assert (cluster.node.claim("results") / "demo" / "profile_export_aiperf.json").exists()
