@@ -5,16 +5,22 @@ needs (checked by the RBAC authorizer itself), and owned objects are garbage-col
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+from pathlib import Path
+
 import pytest
 import yaml
 
-from control_plane import CHART, ROOT, Client, established, namespace
+from control_plane import CHART, ROOT, Client, ControlPlane, established, namespace
 from runs import eventually
 
 pytestmark = pytest.mark.cluster
 
 CRD_FILE = ROOT / "crds" / "benchmark.yaml"
 BENCHMARKS = "/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
 RULES = yaml.safe_load((CHART / "files" / "operator-rules.yaml").read_text())
 
 
@@ -262,3 +268,30 @@ async def test_the_test_namespaces_enforce_the_restricted_pod_security_standard(
         }  # fmt: skip
         status, answer = await api.request("POST", f"/api/v1/namespaces/{ns}/pods", bare)
         assert status == 403 and 'violates PodSecurity "restricted' in answer["message"], answer
+
+
+def test_up_prints_a_working_kubeconfig_and_down_leaves_no_process_behind(tmp_path):
+    plane = ControlPlane.up(tmp_path / "plane")
+    assert plane.kubeconfig == plane.directory / "admin.kubeconfig"
+    version = subprocess.run(
+        ["kubectl", "--kubeconfig", str(plane.kubeconfig), "get", "--raw", "/version"],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    assert json.loads(version.stdout)["gitVersion"].startswith("v1.")
+    pids = {c: int((plane.directory / f"{c}.pid").read_text()) for c in COMPONENTS}
+    assert all(_alive(pid) for pid in pids.values()), pids
+
+    plane.down()
+    assert not [c for c, pid in pids.items() if _alive(pid)]
+    assert not list(plane.directory.glob("*.pid"))
+    port = int(plane.url.rsplit(":", 1)[1])
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent's wait is missing

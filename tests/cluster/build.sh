@@ -61,7 +61,12 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 )
 GO
-(cd "$kube" && go mod tidy)
+quietly() { # quietly DIR COMMAND...: its output only if it fails (module downloads are many)
+  local dir=$1 log="$CACHE/last-step.log"
+  shift
+  (cd "$dir" && "$@") > "$log" 2>&1 || { cat "$log" >&2; echo "build.sh: failed: $*" >&2; exit 1; }
+}
+quietly "$kube" go mod tidy
 # What /version reports, as the release build stamps it (otherwise v0.0.0-master).
 stamp="-s -w"
 for var in "gitVersion=v$K8S_VERSION" "gitMajor=${K8S_VERSION%%.*}" \
@@ -91,7 +96,8 @@ import (
 func main() { etcdmain.Main(os.Args) }
 GO
   echo "build.sh: building etcd $etcd_version" >&2
-  (cd "$etcd" && go mod tidy && nice -n 19 go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.part" .)
+  quietly "$etcd" go mod tidy
+  (cd "$etcd" && nice -n 19 go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.part" .)
   mv "$BIN/etcd.part" "$BIN/etcd"
 fi
 
