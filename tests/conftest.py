@@ -16,3 +16,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory):
         yield plane
     finally:
         plane.down()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The cluster tests last: the control plane then runs only while they do, not beside the
+    rest of the suite (some of which measures timing)."""
+    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)

@@ -74,6 +74,13 @@ class ControlPlane:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        """kubectl of the control plane's own release, as its admin; the result, to check."""
+        return subprocess.run(
+            [str(self.directory / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
     def log(self, component: str) -> str:
         return (self.directory / f"{component}.log").read_text(errors="replace")
 

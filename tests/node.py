@@ -39,7 +39,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from control_plane import Client, ControlPlane
+import aiohttp
+
+from control_plane import ApiError, Client, ControlPlane
 
 BIN = Path(sys.executable).parent  # the image's entry points, installed in this environment
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps
@@ -61,6 +63,7 @@ class LocalPod:
     task: asyncio.Task | None = None
     process: asyncio.subprocess.Process | None = None
     restarts: int = 0
+    probe_failures: int = 0  # restarts a failing probe caused
     stopping: bool = False
     exits: list[int] = field(default_factory=list)
 
@@ -76,6 +79,7 @@ class Node:
         self.namespaces = namespaces  # where it schedules pods: the test's own
         self.pods: dict[str, LocalPod] = {}  # by uid
         self.started: list[str] = []  # the name of every pod ever started here
+        self.errors: list[str] = []  # API calls that failed, shown with the pods' output
         self.hosts = root / "hosts.json"  # Service names -> pod addresses, for outside processes
         self._addresses = (f"127.0.1.{n}" for n in itertools.count(1))
         self._loop: asyncio.Task | None = None
@@ -89,12 +93,13 @@ class Node:
 
     def output(self) -> str:
         """Every pod's output, for the message of a failing test."""
-        return "\n".join(
+        logs = [
             f"--- {pod.namespace}/{pod.name}\n"
             + (pod.directory / "output.log").read_text(errors="replace")
             for pod in self.pods.values()
             if (pod.directory / "output.log").exists()
-        )
+        ]
+        return "\n".join([f"--- node: {e}" for e in self.errors[-5:]] + logs)
 
     async def __aenter__(self) -> Node:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -133,7 +138,10 @@ class Node:
 
     async def _run(self) -> None:
         while True:
-            await self._sync()
+            try:
+                await self._sync()
+            except (aiohttp.ClientError, ApiError) as e:  # the next round tries again
+                self.errors.append(str(e))
             await asyncio.sleep(0.1)
 
     async def _sync(self) -> None:
@@ -226,12 +234,14 @@ class Node:
         spec = pod["spec"]
         (container,) = spec["containers"]
         restart = spec.get("restartPolicy", "Always")
-        try:
-            command, env, termination = await self._prepare(local, pod, container)
-        except Exception as e:  # a missing ConfigMap or Secret: the pod waits, as it would
-            waiting = {"reason": "CreateContainerConfigError", "message": str(e)}
-            await self._report(local, container, "Pending", {"waiting": waiting})
-            raise
+        while True:
+            try:
+                command, env, termination = await self._prepare(local, pod, container)
+                break
+            except LookupError as e:  # a missing ConfigMap or Secret: the pod waits for it
+                waiting = {"reason": "CreateContainerConfigError", "message": str(e)}
+                await self._report(local, container, "Pending", {"waiting": waiting})
+                await asyncio.sleep(1)
         last: dict[str, Any] | None = None
         while not local.stopping:
             termination.unlink(missing_ok=True)
@@ -240,9 +250,12 @@ class Node:
                     *command, env=env, cwd=local.directory, stdout=log,
                     stderr=asyncio.subprocess.STDOUT, preexec_fn=os.setpgrp,
                 )  # fmt: skip
-            await self._report(local, container, "Running",
-                               {"running": {"startedAt": _now()}}, last)  # fmt: skip
+            running = {"running": {"startedAt": _now()}}
+            probed = "startupProbe" in container
+            await self._report(local, container, "Running", running, last, ready=not probed)
+            prober = asyncio.create_task(self._probe(local, container, running, last))
             code = await local.process.wait()
+            prober.cancel()
             code = 128 - code if code < 0 else code  # killed by a signal, as a runtime reports it
             local.exits.append(code)
             if local.stopping:
@@ -261,6 +274,47 @@ class Node:
             await self._report(local, container, "Running",
                                {"waiting": {"reason": "CrashLoopBackOff"}}, last)  # fmt: skip
             await asyncio.sleep(min(0.5 * local.restarts, 5))
+
+    async def _probe(
+        self,
+        local: LocalPod,
+        container: dict[str, Any],
+        running: dict[str, Any],
+        last: dict[str, Any] | None,
+    ) -> None:
+        """The container's HTTP probes, as the kubelet runs them: ready once the startup probe
+        answers 2xx/3xx; restarted after failureThreshold failures in a row of its startup
+        probe before that, or of its liveness probe after."""
+        startup = container.get("startupProbe")
+        liveness = container.get("livenessProbe")
+        ports = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
+        async with aiohttp.ClientSession() as session:
+            for probe, becomes_ready in ((startup, True), (liveness, False)):
+                if probe is None or "httpGet" not in probe:
+                    continue
+                get = probe["httpGet"]
+                port = ports.get(get["port"], get["port"])
+                url = f"http://{local.ip}:{port}{get.get('path', '/')}"
+                failures = 0
+                while failures < probe.get("failureThreshold", 3):
+                    await asyncio.sleep(probe.get("periodSeconds", 10) if failures else 0.2)
+                    try:
+                        timeout = aiohttp.ClientTimeout(total=probe.get("timeoutSeconds", 1))
+                        async with session.get(url, timeout=timeout) as answer:
+                            ok = answer.status < 400
+                    except (aiohttp.ClientError, TimeoutError):
+                        ok = False
+                    failures = 0 if ok else failures + 1
+                    if ok and becomes_ready:
+                        await self._report(local, container, "Running", running, last)
+                        break
+                    if ok:
+                        await asyncio.sleep(probe.get("periodSeconds", 10))
+                else:
+                    local.probe_failures += 1
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(local.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+                    return
 
     async def _stop(self, local: LocalPod) -> None:
         """SIGTERM to the container's process group, then SIGKILL after the grace period."""
@@ -293,8 +347,9 @@ class Node:
         phase: str,
         state: dict[str, Any],
         last: dict[str, Any] | None = None,
+        ready: bool = True,
     ) -> None:
-        ready = "running" in state
+        ready = ready and "running" in state
         status = {
             "name": container["name"], "image": container["image"], "imageID": "",
             "ready": ready, "started": ready, "restartCount": local.restarts,

@@ -28,25 +28,30 @@ _tests = itertools.count(1)
 
 
 class Cluster:
-    def __init__(self, api: Client, node: Node, ns: str, system: str, release: str, sim, gate):
-        self.api, self.node, self.ns, self.system = api, node, ns, system
+    def __init__(
+        self, plane, api: Client, node: Node, ns: str, system: str, release: str, sim, gate
+    ):
+        self.plane, self.api, self.node, self.ns, self.system = plane, api, node, ns, system
         self.release, self.sim, self.gate = release, sim, gate
 
     def path(self, name: str = "") -> str:
         base = f"/apis/dagperf.io/v1alpha1/namespaces/{self.ns}/benchmarks"
         return f"{base}/{name}" if name else base
 
-    async def start(self, name: str = "demo", **spec) -> dict:
+    def benchmark(self, name: str = "demo", **spec) -> dict:
         body = {
             "endpoint": {"url": self.sim.url, "apiKeySecretRef": {"name": "endpoint"}},
             "dataset": {"configMapRef": {"name": "dataset"}},
             "workers": {"replicas": 2},
             "results": {"persistentVolumeClaim": {"claimName": "results"}},
         }
-        return await self.api.create(self.path(), {
+        return {
             "apiVersion": "dagperf.io/v1alpha1", "kind": "Benchmark",
-            "metadata": {"name": name}, "spec": body | spec,
-        })  # fmt: skip
+            "metadata": {"name": name, "namespace": self.ns}, "spec": body | spec,
+        }  # fmt: skip
+
+    async def start(self, name: str = "demo", **spec) -> dict:
+        return await self.api.create(self.path(), self.benchmark(name, **spec))
 
     async def until(self, name: str, predicate, timeout: float = 90) -> dict:
         return await eventually(
@@ -79,10 +84,12 @@ class Cluster:
 
 
 @pytest.fixture
-async def cluster(control_plane, tmp_path):
+async def cluster(control_plane, tmp_path, request):
     """The chart installed in a namespace of its own, a namespace for Benchmarks with the
-    dataset, the API key and a results claim, and a node running every pod of both."""
+    dataset, the API key and a results claim, and a node running every pod of both. The
+    operator watches every namespace, or (param "listed") only the Benchmarks' own."""
     n = next(_tests)
+    watch = getattr(request, "param", "every")
     system, ns, release = f"dagperf-system-{n}", f"bench-{n}", f"op{n}"
     async with control_plane.admin() as api:
         for name in (system, ns):
@@ -107,10 +114,11 @@ async def cluster(control_plane, tmp_path):
                 "--set-json", "operator.pollIntervalSeconds=0.5",
                 "--set", "operator.logFormat=plain",
                 "--set", "benchmarkDefaults.metricsLingerSeconds=0",
+                *(["--set", f"watchNamespaces={{{ns}}}"] if watch == "listed" else []),
             )  # fmt: skip
             await established(api)
             try:
-                yield Cluster(api, node, ns, system, release, sim, gate)
+                yield Cluster(control_plane, api, node, ns, system, release, sim, gate)
             finally:
                 print(node.output())  # shown when the test failed
                 await asyncio.to_thread(
@@ -132,8 +140,12 @@ def condition(benchmark: dict, kind: str) -> dict:
     return next(c for c in benchmark["status"]["conditions"] if c["type"] == kind)
 
 
+@pytest.mark.parametrize("cluster", ["every", "listed"], indirect=True)
 async def test_a_benchmark_runs_to_success_with_exports_on_the_volume(cluster):
-    await cluster.start(load={"concurrency": 3})
+    applied = cluster.plane.kubectl(
+        "apply", "-f", "-", input=json.dumps(cluster.benchmark(load={"concurrency": 3}))
+    )
+    assert applied.returncode == 0, applied.stderr
     running = await cluster.until("demo", phase("Running"))
     await cluster.gate.holding(3)  # the three roots are in flight
     assert running["status"]["workers"] == {"desired": 2, "registered": 2}
@@ -157,6 +169,13 @@ async def test_a_benchmark_runs_to_success_with_exports_on_the_volume(cluster):
     # the ReplicaSet controller removed their pods.
     job = f"/apis/batch/v1/namespaces/{cluster.ns}/jobs/demo-scheduler"
     await eventually(lambda: cluster.api.get(job), lambda j: j["status"].get("succeeded") == 1)
+    listed = cluster.plane.kubectl("get", "benchmarks", "-n", cluster.ns)
+    assert listed.stdout.split("\n")[1].split()[:3] == ["demo", "Succeeded", "9/9"], listed.stdout
+    # The operator's pod became ready by its startup probe (the chart's port and path answer)
+    # and never restarted.
+    (operator,) = await cluster.operator_pods()
+    (container,) = operator["status"]["containerStatuses"]
+    assert container["ready"] and container["started"] and container["restartCount"] == 0
     await eventually(lambda: cluster.pods("demo-workers-"), lambda pods: pods == [])
 
 
@@ -281,7 +300,9 @@ async def test_a_scheduler_pod_that_dies_fails_the_benchmark(cluster):
 
 async def test_two_benchmarks_run_at_once_each_to_its_own_results(cluster):
     await cluster.start("alpha", load={"concurrency": 3})
-    await cluster.start("beta", load={"concurrency": 3})
+    # beta's results go to a claim the operator makes for it (and deletes with it)
+    await cluster.start("beta", load={"concurrency": 3},
+                        results={"persistentVolumeClaim": {"size": "1Gi"}})  # fmt: skip
     for name in ("alpha", "beta"):
         await cluster.until(name, phase("Running"))
     await cluster.gate.holding(6)  # both runs' roots in flight together
@@ -289,9 +310,11 @@ async def test_two_benchmarks_run_at_once_each_to_its_own_results(cluster):
     for name in ("alpha", "beta"):
         done = await cluster.until(name, phase("Succeeded"))
         assert done["status"]["progress"]["requestsCompleted"] == 9
-        records = read_jsonl(cluster.node.claim("results") / name / "profile_export.jsonl")
+        claim = {"alpha": "results", "beta": "beta-results"}[name]
+        records = read_jsonl(cluster.node.claim(claim) / name / "profile_export.jsonl")
         assert len(records) == 9 and not any(r["error"] for r in records)
         assert all(r["metadata"]["worker_id"].startswith(f"{name}-workers-") for r in records)
+    assert (await cluster.owned("beta"))["PersistentVolumeClaim"] == ["beta-results"]
 
 
 async def test_status_stays_right_while_others_write_the_benchmark(cluster):

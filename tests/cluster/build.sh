@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real control plane the cluster tests run against, once, into a cache outside the
-# checkout: kube-apiserver and kube-controller-manager from the k8s.io/kubernetes Go module, and
-# etcd from its own, at the version that Kubernetes release pins. Later runs reuse the binaries.
+# checkout: kube-apiserver, kube-controller-manager and a kubectl of the same release from the
+# k8s.io/kubernetes Go module, and etcd from its own, at the version that Kubernetes release
+# pins. Later runs reuse the binaries.
 # Prints the directory holding them as its last line of stdout.
 #
 #   K8S_VERSION          Kubernetes release (default below)
@@ -11,7 +12,7 @@ set -euo pipefail
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
 CACHE="${DAGPERF_CLUSTER_CACHE:-$HOME/.cache/dagperf-cluster}"
 BIN="$CACHE/v$K8S_VERSION/bin"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kubectl)
 
 have_all() {
   local c
@@ -59,6 +60,7 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
 quietly() { # quietly DIR COMMAND...: its output only if it fails (module downloads are many)
@@ -73,7 +75,7 @@ for var in "gitVersion=v$K8S_VERSION" "gitMajor=${K8S_VERSION%%.*}" \
   "gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)" gitTreeState=clean; do
   stamp+=" -X k8s.io/component-base/version.$var -X k8s.io/client-go/pkg/version.$var"
 done
-for c in kube-apiserver kube-controller-manager; do
+for c in kube-apiserver kube-controller-manager kubectl; do
   echo "build.sh: building $c v$K8S_VERSION" >&2
   (cd "$kube" && nice -n 19 go build -trimpath -ldflags "$stamp" -o "$BIN/$c.part" "k8s.io/kubernetes/cmd/$c")
   mv "$BIN/$c.part" "$BIN/$c"

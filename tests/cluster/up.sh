@@ -4,7 +4,8 @@
 # code built by build.sh. Every connection is TLS with client certificates, every port is bound
 # to 127.0.0.1. There is no kubelet and no scheduler: the tests bring their own node.
 #
-# Prints the path of an admin kubeconfig as its last line of stdout. down.sh stops it all.
+# Prints the path of an admin kubeconfig as its last line of stdout; DIR/bin/kubectl is a kubectl
+# of the same release. down.sh stops it all.
 #
 #   DAGPERF_CLUSTER_DIR  state: certificates, etcd's data, logs, kubeconfigs (default below)
 set -euo pipefail
@@ -17,8 +18,9 @@ BIN="$("$HERE/build.sh" | tail -1)"
 mkdir -p "$DIR"
 chmod 700 "$DIR"
 cd "$DIR"
-rm -rf pki etcd-data ./*.log ./*.kubeconfig
+rm -rf pki etcd-data bin ./*.log ./*.kubeconfig
 mkdir pki
+ln -s "$BIN" bin  # the components, and a kubectl of the same release
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
