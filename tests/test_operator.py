@@ -10,9 +10,11 @@ import base64
 import gzip
 import json
 
+import msgspec
 import pytest
 import yaml
 
+from dagperf.contract import FinalReport, MetricsSummary, Progress, RunState
 from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf_operator.settings import OperatorSettings
 
@@ -104,14 +106,14 @@ async def scheduler_ended(
     })  # fmt: skip
 
 
-FINAL = {
-    "outcome": "succeeded", "reason": None, "benchmark": "demo",
-    "progress": {"requestsSent": 5, "requestsCompleted": 5, "requestsTotal": 5, "errors": 0},
-    "summary": {"requestThroughput": 12.5, "ttftP50Ms": 20.1, "ttftP99Ms": 25.3, "itlP50Ms": 5.0,
-                "itlP99Ms": 5.2, "errorRate": 0.0},
-    "branchStats": {"children_spawned": 2, "children_completed": 2},
-    "resultsPath": "/results/demo",
-}  # fmt: skip
+FINAL = msgspec.to_builtins(FinalReport(
+    outcome=RunState.SUCCEEDED, reason=None, benchmark="demo",
+    progress=Progress(requests_sent=5, requests_completed=5, requests_total=5),
+    summary=MetricsSummary(request_throughput=12.5, ttft_p50_ms=20.1, ttft_p99_ms=25.3,
+                           itl_p50_ms=5.0, itl_p99_ms=5.2, error_rate=0.0),
+    branch_stats={"children_spawned": 2, "children_completed": 2},
+    results_path="/results/demo",
+))  # fmt: skip
 
 
 async def test_a_valid_benchmark_launches_owned_secure_pods(kube):

@@ -201,7 +201,7 @@ def test_a_condition_keeps_its_transition_time_until_its_status_changes(monkeypa
 
 def test_a_job_that_failed_before_its_pod_reported_fails_the_benchmark():
     job = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
-    assert st.finished(None, job)["reason"] == "SchedulerFailed"
+    assert st.finished(None, job).reason == "SchedulerFailed"
     assert st.finished(None, {"status": {}}) is None  # still running
 
 

@@ -17,7 +17,6 @@ a create that still fails ends the Benchmark as Failed rather than retrying fore
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import urllib.error
@@ -30,6 +29,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from dagperf.contract import RunState, StatusReport, decode_status
 from dagperf.dataset import DatasetError
 from dagperf.keys import KeySet
 from dagperf.sources import parse_graph
@@ -39,6 +39,7 @@ from dagperf_operator.crd import GROUP, PLURAL, VERSION
 from dagperf_operator.kube import Kube, api_client
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
+from dagperf_operator.status import Condition, Phase
 
 REGISTRY = kopf.OperatorRegistry()  # what `dagperf-operator` (and the tests) hand to kopf
 # Read again at startup; only the timers' interval is fixed here, when they register.
@@ -49,7 +50,6 @@ POLLING: dict[str, Any] = {
     "backoff": SETTINGS.poll_interval_s,  # after an error too, not kopf's default minute
     "registry": REGISTRY,
 }
-ACTIVE = ("Pending", "Running")
 
 
 def run_options(namespaces: Sequence[str] = ()) -> dict[str, Any]:
@@ -113,11 +113,16 @@ def create(
         first = e.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
         _fail(
-            body, patch, conditions, "SpecAccepted", "InvalidSpec", f"spec.{where}: {first['msg']}"
+            body,
+            patch,
+            conditions,
+            Condition.SPEC_ACCEPTED,
+            "InvalidSpec",
+            f"spec.{where}: {first['msg']}",
         )
         return
     if parsed.suspend:
-        patch.status["phase"] = "Suspended"
+        patch.status["phase"] = Phase.SUSPENDED
         patch.status["message"] = "created suspended: nothing was launched"
         return
     try:
@@ -126,11 +131,11 @@ def create(
         if problems:
             reason = "ConfigMapNotFound" if files is None else "InvalidDataset"
             message = st.dataset_problems_message(problems)
-            _fail(body, patch, conditions, "DatasetValid", reason, message)
+            _fail(body, patch, conditions, Condition.DATASET_VALID, reason, message)
             return
         conditions = st.set_condition(
             conditions,
-            "DatasetValid",
+            Condition.DATASET_VALID,
             True,
             "Valid",
             f"configmap/{parsed.dataset.config_map_ref.name} key {key}",
@@ -142,7 +147,7 @@ def create(
                 body,
                 patch,
                 conditions,
-                "ResourcesCreated",
+                Condition.RESOURCES_CREATED,
                 "ApiError",
                 f"{e.status} {e.reason}: {(e.body or '')[:300]}",
             )
@@ -150,19 +155,19 @@ def create(
         raise kopf.TemporaryError(f"the API said {e.status} {e.reason}", delay=5) from None
     conditions = st.set_condition(
         conditions,
-        "ResourcesCreated",
+        Condition.RESOURCES_CREATED,
         True,
         "Created",
         "scheduler Job, Service and worker Deployment",
     )
     conditions = st.set_condition(
-        conditions, "WorkersReady", False, "Waiting", "waiting for worker pods to register"
+        conditions, Condition.WORKERS_READY, False, "Waiting", "waiting for worker pods to register"
     )
     expected = parsed.workers.replicas * parsed.workers.processes_per_pod
     claim = manifests.results_claim_name(name, parsed)
     patch.status.update(
         {
-            "phase": "Pending",
+            "phase": Phase.PENDING,
             "message": "launched; waiting for the scheduler and workers",
             "conditions": conditions,
             "startTime": st.now(),
@@ -229,7 +234,7 @@ def _fail(
     reason: str,
     message: str,
 ) -> None:
-    patch.status["phase"] = "Failed"
+    patch.status["phase"] = Phase.FAILED
     patch.status["message"] = message
     patch.status["conditions"] = st.set_condition(conditions, kind, False, reason, message)
     patch.status["completionTime"] = st.now()
@@ -240,7 +245,7 @@ def _fail(
 
 
 def _active(status: kopf.Status, **_: Any) -> bool:
-    return status.get("phase") in ACTIVE
+    return status.get("phase") in st.ACTIVE
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, when=_active, **POLLING)
@@ -262,44 +267,38 @@ def monitor(
     end = st.finished(pods[-1] if pods else None, job)
     conditions = list(status.get("conditions") or [])
     if end is None and job is None:
-        end = {
-            "phase": "Failed",
-            "reason": "SchedulerMissing",
-            "message": "the scheduler Job was deleted",
-            "final": None,
-        }
+        end = st.End(Phase.FAILED, "SchedulerMissing", "the scheduler Job was deleted")
     if end is None:
         report = _scheduler_status(memo.settings, name, namespace)
         if report is None:
             return
         patch.status.update(st.from_scheduler(report))
-        workers = report.get("workers") or {}
-        if workers.get("registered", 0) >= workers.get("desired", 1):
+        workers = report.workers
+        if workers.registered >= workers.desired:
             conditions = st.set_condition(
                 conditions,
-                "WorkersReady",
+                Condition.WORKERS_READY,
                 True,
                 "Registered",
-                f"{workers.get('registered')} worker(s) registered",
+                f"{workers.registered} worker(s) registered",
             )
             patch.status["conditions"] = conditions
-        if report.get("state") == "running" and status.get("phase") != "Running":
-            patch.status["phase"] = "Running"
+        if report.state is RunState.RUNNING and status.get("phase") != Phase.RUNNING:
+            patch.status["phase"] = Phase.RUNNING
             patch.status["message"] = "running"
         return
-    final = end["final"]
-    if final is not None:
-        patch.status.update(st.from_scheduler(final))
-    done = end["phase"] in ("Succeeded", "Suspended")
+    if end.final is not None:
+        patch.status.update(st.from_scheduler(end.final))
+    done = end.phase in (Phase.SUCCEEDED, Phase.SUSPENDED)
     patch.status["conditions"] = st.set_condition(
-        conditions, "Completed", done, end["reason"], end["message"]
+        conditions, Condition.COMPLETED, done, end.reason, end.message
     )
-    patch.status["phase"] = end["phase"]
-    patch.status["message"] = end["message"]
+    patch.status["phase"] = end.phase
+    patch.status["message"] = end.message
     patch.status["completionTime"] = st.now()
     kube.scale_workers(namespace, names.workers, 0)
-    if end["phase"] == "Failed":
-        kopf.warn(body, reason=end["reason"], message=end["message"])
+    if end.phase is Phase.FAILED:
+        kopf.warn(body, reason=end.reason, message=end.message)
 
 
 def _scheduler_url(settings: OperatorSettings, name: str, namespace: str, path: str) -> str:
@@ -310,12 +309,12 @@ def _scheduler_url(settings: OperatorSettings, name: str, namespace: str, path: 
     return base + path
 
 
-def _scheduler_status(settings: OperatorSettings, name: str, namespace: str) -> dict | None:
+def _scheduler_status(settings: OperatorSettings, name: str, namespace: str) -> StatusReport | None:
     try:
         url = _scheduler_url(settings, name, namespace, "/status")
         with urllib.request.urlopen(url, timeout=3) as response:
-            return json.loads(response.read())
-    except (urllib.error.URLError, OSError, ValueError):
+            return decode_status(response.read())
+    except (urllib.error.URLError, OSError):
         return None  # not up yet, or going away: the pod's state will tell
 
 
@@ -341,7 +340,9 @@ def spec_changed(
             f"changes to spec.{', spec.'.join(refused)} were not applied: a Benchmark's spec is "
             "fixed once it is created; delete it and create a new one"
         )
-        conditions = st.set_condition(conditions, "SpecAccepted", False, "SpecImmutable", message)
+        conditions = st.set_condition(
+            conditions, Condition.SPEC_ACCEPTED, False, "SpecImmutable", message
+        )
         patch.status["conditions"] = conditions
         kopf.warn(body, reason="SpecImmutable", message=message)
     if ("suspend",) in paths:
@@ -360,13 +361,13 @@ def _suspend_changed(
     settings: OperatorSettings = memo.settings
     phase = status.get("phase")
     if not body["spec"].get("suspend"):
-        if phase == "Suspended":
+        if phase == Phase.SUSPENDED:
             message = "a suspended Benchmark does not resume; create a new one"
             patch.status["conditions"] = st.set_condition(
-                conditions, "SpecAccepted", False, "CannotResume", message
+                conditions, Condition.SPEC_ACCEPTED, False, "CannotResume", message
             )
         return
-    if phase not in ACTIVE:
+    if phase not in st.ACTIVE:
         return
     names = manifests.Names(name)
     url = _scheduler_url(settings, name, namespace, "/stop")
@@ -386,10 +387,12 @@ def _suspend_changed(
     memo.kube.scale_workers(namespace, names.workers, 0)
     patch.status.update(
         {
-            "phase": "Suspended",
+            "phase": Phase.SUSPENDED,
             "message": message,
             "completionTime": st.now(),
-            "conditions": st.set_condition(conditions, "Completed", True, "Suspended", message),
+            "conditions": st.set_condition(
+                conditions, Condition.COMPLETED, True, "Suspended", message
+            ),
         }
     )
 

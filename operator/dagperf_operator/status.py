@@ -3,18 +3,41 @@
 Conditions keep the usual shape (type, status, reason, message, lastTransitionTime) and keep
 their transition time while their status stays the same. While the scheduler runs, its /status
 gives progress, workers and a metrics summary; when its pod ends, the termination message it
-wrote (compact JSON, see dagperf.status) gives the final word, and the pod's own state (exit
-code, OOMKilled) explains a failure the scheduler could not report itself.
+wrote (its final report; both are typed in dagperf.contract) gives the final word, and the
+pod's own state (exit code, OOMKilled) explains a failure the scheduler could not report itself.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, NamedTuple
 
-TERMINAL_PHASES = ("Succeeded", "Failed", "Suspended")
+import msgspec
+
+from dagperf.contract import FinalReport, RunState, StatusReport, decode_final
+
 FIRST_ERRORS = 5  # dataset problems quoted in the DatasetValid condition
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+ACTIVE = (Phase.PENDING, Phase.RUNNING)
+TERMINAL_PHASES = (Phase.SUCCEEDED, Phase.FAILED, Phase.SUSPENDED)
+
+
+class Condition(StrEnum):
+    DATASET_VALID = "DatasetValid"
+    RESOURCES_CREATED = "ResourcesCreated"
+    WORKERS_READY = "WorkersReady"
+    COMPLETED = "Completed"
+    SPEC_ACCEPTED = "SpecAccepted"
 
 
 def now() -> str:
@@ -48,44 +71,38 @@ def display(completed: int, total: int | None) -> str:
     return f"{completed}/{total}" if total else str(completed)
 
 
-def from_scheduler(report: dict[str, Any]) -> dict[str, Any]:
-    """Status fields from a scheduler's /status (or the progress part of its final summary)."""
-    progress = report.get("progress") or {}
-    completed = int(progress.get("requestsCompleted") or 0)
-    total = progress.get("requestsTotal")
+def from_scheduler(report: StatusReport | FinalReport) -> dict[str, Any]:
+    """Status fields from a scheduler's /status or its final report."""
+    progress = report.progress
     out: dict[str, Any] = {
         "progress": {
-            "requestsCompleted": completed,
-            "requestsTotal": total,
-            "errors": int(progress.get("errors") or 0),
-            "display": display(completed, total),
+            "requestsCompleted": progress.requests_completed,
+            "requestsTotal": progress.requests_total,
+            "errors": progress.errors,
+            "display": display(progress.requests_completed, progress.requests_total),
         }
     }
-    if "workers" in report:
-        out["workers"] = report["workers"]
-    if report.get("branchStats"):
-        out["branchStats"] = report["branchStats"]
-    if report.get("summary"):
-        out["summary"] = {k: v for k, v in report["summary"].items() if v is not None}
+    if isinstance(report, StatusReport):
+        out["workers"] = msgspec.to_builtins(report.workers)
+    if report.branch_stats:
+        out["branchStats"] = report.branch_stats
+    summary = msgspec.to_builtins(report.summary)  # the figures known so far
+    if summary:
+        out["summary"] = summary
     return out
 
 
-def parse_termination(message: str | None) -> dict[str, Any] | None:
-    """The scheduler's final summary, if its termination message holds one."""
-    if not message:
-        return None
-    try:
-        value = json.loads(message)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) and "outcome" in value else None
+class End(NamedTuple):
+    """How a run ended: its Benchmark's phase, why, and the scheduler's report if it wrote one."""
+
+    phase: Phase
+    reason: str
+    message: str
+    final: FinalReport | None = None
 
 
-def finished(pod: dict[str, Any] | None, job: dict[str, Any] | None) -> dict[str, Any] | None:
-    """How the run ended, once the scheduler's pod (or its Job) says it did; None meanwhile.
-
-    Returns {phase, reason, message, final}, `final` being the parsed summary when there is one.
-    """
+def finished(pod: dict[str, Any] | None, job: dict[str, Any] | None) -> End | None:
+    """How the run ended, once the scheduler's pod (or its Job) says it did; None meanwhile."""
     terminated = _terminated(pod)
     if terminated is None:
         job_failed = any(
@@ -93,43 +110,28 @@ def finished(pod: dict[str, Any] | None, job: dict[str, Any] | None) -> dict[str
             for c in ((job or {}).get("status") or {}).get("conditions") or []
         )
         if job_failed:
-            return {
-                "phase": "Failed",
-                "reason": "SchedulerFailed",
-                "message": "the scheduler Job failed before its pod reported",
-                "final": None,
-            }
+            return End(
+                Phase.FAILED,
+                "SchedulerFailed",
+                "the scheduler Job failed before its pod reported",
+                None,
+            )
         return None
-    final = parse_termination(terminated.get("message"))
+    final = decode_final(terminated.get("message"))
     code = terminated.get("exitCode")
-    if final is not None and final["outcome"] == "succeeded" and code == 0:
-        return {
-            "phase": "Succeeded",
-            "reason": "Completed",
-            "message": "the run completed",
-            "final": final,
-        }
-    if final is not None and final["outcome"] == "stopped" and code == 0:
-        return {
-            "phase": "Suspended",
-            "reason": "Suspended",
-            "message": "stopped on request; partial results kept",
-            "final": final,
-        }
+    if final is not None and final.outcome is RunState.SUCCEEDED and code == 0:
+        return End(Phase.SUCCEEDED, "Completed", "the run completed", final)
+    if final is not None and final.outcome is RunState.STOPPED and code == 0:
+        return End(Phase.SUSPENDED, "Suspended", "stopped on request; partial results kept", final)
     reason = terminated.get("reason") or "Error"
     if reason == "OOMKilled":
         message = "the scheduler ran out of memory (OOMKilled); raise spec.scheduler.resources"
-    elif final is not None and final.get("reason"):
-        message = f"the run {final['outcome']}: {final['reason']}"
+    elif final is not None and final.reason:
+        message = f"the run {final.outcome}: {final.reason}"
     else:
         detail = (terminated.get("message") or "").strip()[:500]
         message = f"the scheduler exited with code {code}" + (f": {detail}" if detail else "")
-    return {
-        "phase": "Failed",
-        "reason": reason if reason != "Completed" else "Error",
-        "message": message,
-        "final": final,
-    }
+    return End(Phase.FAILED, reason if reason != "Completed" else "Error", message, final)
 
 
 def _terminated(pod: dict[str, Any] | None) -> dict[str, Any] | None:

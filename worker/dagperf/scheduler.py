@@ -28,9 +28,10 @@ from typing import Any
 
 import zmq
 
-from dagperf import protocol
+from dagperf import contract, protocol
 from dagperf.channel import Channel, receive
 from dagperf.config import EndpointConfig, LoadConfig
+from dagperf.contract import FinalReport, RunState, StatusReport, Workers
 from dagperf.endpoints import request_params
 from dagperf.engine import Dispatcher, Flight, Phase, Progress, armed_under
 from dagperf.exports.inputs import write_inputs
@@ -41,7 +42,7 @@ from dagperf.keys import Gate, SchedulerKeys, secure_server
 from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
-from dagperf.status import StatusServer, compact_json, metrics_summary
+from dagperf.status import StatusServer, metrics_summary
 from dagperf.verdict import rejection
 
 log = logging.getLogger(__name__)
@@ -86,12 +87,12 @@ class Outcome:
     rejected: str | None = None  # why the endpoint failed the run (see dagperf.verdict)
 
     @property
-    def state(self) -> str:
+    def state(self) -> RunState:
         if self.failure is not None or self.rejected is not None:
-            return "failed"
+            return RunState.FAILED
         if self.stopped:
-            return "stopped"
-        return "cancelled" if self.interrupted else "succeeded"
+            return RunState.STOPPED
+        return RunState.CANCELLED if self.interrupted else RunState.SUCCEEDED
 
 
 @dataclass
@@ -148,7 +149,7 @@ class Scheduler:
         self.summary_file = summary_file
         self.max_error_rate = max_error_rate
         self.status_server: StatusServer | None = None
-        self._state = "waiting for workers"
+        self._state = RunState.WAITING
         self.endpoint_url: str | None = None  # the address really bound, once listening
         self._peers: dict[str, _Peer] = {}
         self._params: dict[int, dict[str, Any]] = {}
@@ -213,7 +214,7 @@ class Scheduler:
             await self._await_workers()
             if not self._cut_short:
                 log.info("%d worker(s) registered; starting", len(self._peers))
-                self._state = "running"
+                self._state = RunState.RUNNING
                 self.dispatcher.begin()
                 self._flush()
                 await self._done.wait()
@@ -278,7 +279,7 @@ class Scheduler:
             return
         if worker in self._peers:
             self._lose(worker, why)
-        if self._state == "waiting for workers" and self._registration_failure is None:
+        if self._state is RunState.WAITING and self._registration_failure is None:
             self._registration_failure = f"worker {worker} ended before the run began: {why}"
             self._enough.set()
 
@@ -393,25 +394,25 @@ class Scheduler:
         if d.phase is Phase.PROFILING:
             self.live.update(d.progress(), len(self._peers), d.branch_stats)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusReport:
         """The run as the operator reads it from /status."""
         d = self.dispatcher
         p = d.progress()
-        return {
-            "state": self._state,
-            "phase": p.phase.label,
-            "workers": {"desired": self.expected_workers, "registered": len(self._peers)},
-            "progress": {
-                "requestsSent": p.sent,
-                "requestsCompleted": p.completed,
-                "requestsTotal": p.expected,
-                "errors": p.errors,
-                "inFlight": p.in_flight,
-            },
-            "branchStats": d.branch_stats.as_dict(),
-            "summary": metrics_summary(self.summary),
-            "failure": d.failure,
-        }
+        return StatusReport(
+            state=self._state,
+            phase=p.phase.label,
+            workers=Workers(desired=self.expected_workers, registered=len(self._peers)),
+            progress=contract.Progress(
+                requests_sent=p.sent,
+                requests_completed=p.completed,
+                requests_total=p.expected,
+                errors=p.errors,
+                in_flight=p.in_flight,
+            ),
+            branch_stats=d.branch_stats.as_dict(),
+            summary=metrics_summary(self.summary),
+            failure=d.failure,
+        )
 
     def _lose(self, worker: str, why: str) -> None:
         del self._peers[worker]
@@ -563,18 +564,18 @@ class Scheduler:
             outcome.rejected = rejection(self.summary.ok, self.summary.errors, self.max_error_rate)
         if self.summary_file is not None:
             status = self.status()
-            final = {
-                "outcome": outcome.state,
-                "reason": failure or outcome.rejected or d.closed_reason,
-                "benchmark": self.benchmark,
-                "progress": status["progress"],
-                "durationSeconds": round(self.summary.duration_s, 3),
-                "summary": status["summary"],
-                "branchStats": status["branchStats"],
-                "resultsPath": str(self.artifacts.directory),
-            }
+            final = FinalReport(
+                outcome=outcome.state,
+                reason=failure or outcome.rejected or d.closed_reason,
+                benchmark=self.benchmark,
+                progress=status.progress,
+                duration_seconds=round(self.summary.duration_s, 3),
+                summary=status.summary,
+                branch_stats=status.branch_stats,
+                results_path=str(self.artifacts.directory),
+            )
             try:
-                self.summary_file.write_text(compact_json(final))
+                self.summary_file.write_bytes(final.compact())
             except OSError as e:
                 log.error("cannot write the summary file %s: %s", self.summary_file, e)
         return outcome

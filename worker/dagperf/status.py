@@ -6,27 +6,24 @@ credential: POST /stop takes the run's control token as a bearer token (`dagperf
 answers 401 without it. What only reads (/metrics, /status, /healthz) stays open for scrapers and
 probes; none of it holds a secret.
 
-`/status` and the `--summary-file` share one compact shape in the camelCase of the Benchmark
-resource's status, so the operator copies them without translating: progress while the run
-goes, and the final summary (under 4 KB, a container termination message's limit) at the end.
+What /status and the `--summary-file` say is typed in `dagperf.contract`, which the operator
+reads with the same types.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
-from typing import Any
 
+import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from dagperf.contract import MetricsSummary, StatusReport
 from dagperf.metrics.summary import PhaseSummary
 
-SUMMARY_LIMIT = 4000  # bytes; Kubernetes keeps at most 4096 of a termination message
 
-
-def metrics_summary(summary: PhaseSummary) -> dict[str, float | None]:
+def metrics_summary(summary: PhaseSummary) -> MetricsSummary:
     """Throughput, TTFT and ITL percentiles and error rate, so far or final."""
 
     def percentiles(name: str) -> tuple[float | None, float | None]:
@@ -39,38 +36,24 @@ def metrics_summary(summary: PhaseSummary) -> dict[str, float | None]:
     aggregates = summary.aggregates()
     ttft = percentiles("time_to_first_token")
     itl = percentiles("inter_token_latency")
-    return {
-        "requestThroughput": _finite(aggregates["request_throughput"]),
-        "ttftP50Ms": ttft[0],
-        "ttftP99Ms": ttft[1],
-        "itlP50Ms": itl[0],
-        "itlP99Ms": itl[1],
-        "errorRate": _finite(aggregates["request_error_rate"] / 100),
-    }
+    return MetricsSummary(
+        request_throughput=_finite(aggregates["request_throughput"]),
+        ttft_p50_ms=ttft[0],
+        ttft_p99_ms=ttft[1],
+        itl_p50_ms=itl[0],
+        itl_p99_ms=itl[1],
+        error_rate=_finite(aggregates["request_error_rate"] / 100),
+    )
 
 
 def _finite(value: float) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else round(value, 4)
 
 
-def compact_json(document: dict[str, Any]) -> str:
-    """JSON under SUMMARY_LIMIT bytes: long strings are cut before anything is dropped."""
-    text = json.dumps(document, separators=(",", ":"))
-    if len(text.encode()) <= SUMMARY_LIMIT:
-        return text
-    trimmed = {k: (v[:200] + "..." if isinstance(v, str) and len(v) > 200 else v)
-               for k, v in document.items()}  # fmt: skip
-    text = json.dumps(trimmed, separators=(",", ":"))
-    if len(text.encode()) <= SUMMARY_LIMIT:
-        return text
-    essential = ("outcome", "reason", "requests", "summary")
-    return json.dumps({k: trimmed.get(k) for k in essential}, separators=(",", ":"))
-
-
 class StatusServer:
     def __init__(
         self,
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusReport],
         registry: CollectorRegistry | None,
         stop: Callable[[str], None],
         token_matches: Callable[[str], bool],
@@ -106,7 +89,8 @@ class StatusServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _status_json(self, request: web.Request) -> web.Response:
-        return web.json_response(self._status())
+        body = msgspec.json.encode(self._status())
+        return web.Response(body=body, content_type="application/json")
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
