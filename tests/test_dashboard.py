@@ -18,8 +18,7 @@ import re
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,10 @@ from dagperf.metrics.live import LiveMetrics
 from dagperf.simulator import SimConfig
 
 from dagfile import conv, turn, user
+from dashboard import Query, all_panels, load_dashboard, queries, shown_panels
 from prom import PROMTOOL, SCRAPE_INTERVAL_S, api, scraping
 from runs import Run, control_token, eventually, finish, gated_simulator, key_set, start_profile
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "charts/dagperf/dashboards/dagperf.json"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 BENCHMARK = "dash"
 STEP_S = 1  # the range queries' step: Grafana's $__interval
@@ -42,55 +41,6 @@ VARIABLES = {"benchmark": BENCHMARK, "__rate_interval": RATE_INTERVAL}
 SELECTOR = re.compile(r"\b(dagperf_\w+)(\{[^}]*\})?")
 RANGE = re.compile(r"\[([^\]]*)\]")
 LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
-
-
-@dataclass(frozen=True)
-class Query:
-    """One target of one panel."""
-
-    panel_id: int
-    panel: str
-    ref: str
-    expr: str  # as the dashboard writes it, variables and all
-    legend: str
-
-    @property
-    def promql(self) -> str:
-        """The expression as Grafana sends it to Prometheus for this test's run."""
-
-        def value(match: re.Match[str]) -> str:
-            name = match[1] or match[2]
-            assert name in VARIABLES, f"{self}: unknown variable ${name}"
-            return VARIABLES[name]
-
-        return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, self.expr)
-
-    def __str__(self) -> str:
-        return f"panel {self.panel!r} target {self.ref}: {self.expr}"
-
-
-def load_dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
-
-
-def all_panels(panels: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Every panel, rows included, with the panels a collapsed row keeps inside it."""
-    for panel in panels:
-        yield panel
-        yield from all_panels(panel.get("panels", ()))
-
-
-def shown_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    """The panels that query something: all but the rows."""
-    return [p for p in all_panels(dashboard["panels"]) if p["type"] != "row"]
-
-
-def queries(dashboard: dict[str, Any]) -> list[Query]:
-    return [
-        Query(p["id"], p["title"], t["refId"], t["expr"], t.get("legendFormat", ""))
-        for p in shown_panels(dashboard)
-        for t in p["targets"]
-    ]
 
 
 def test_the_dashboard_has_its_variables_and_every_panel_uses_them():
@@ -166,7 +116,7 @@ def test_the_dashboard_shows_every_metric_the_scheduler_exposes_and_only_those()
 def test_every_expression_compiles_as_a_recording_rule(tmp_path):
     assert PROMTOOL, "needs promtool: apt-get install prometheus (.ci/run does)"
     rules = [
-        {"record": f"dagperf_dashboard:panel_{q.panel_id}_{q.ref}", "expr": q.promql}
+        {"record": f"dagperf_dashboard:panel_{q.panel_id}_{q.ref}", "expr": q.expand(VARIABLES)}
         for q in queries(load_dashboard())
     ]
     rules_file = tmp_path / "dashboard.rules.yml"  # JSON is YAML
@@ -218,7 +168,7 @@ async def panel_results(
     span = {"start": str(start), "end": str(end), "step": f"{STEP_S}s"}
     results = {}
     for q in queries(load_dashboard()):
-        data = await api(session, prometheus, "query_range", query=q.promql, **span)
+        data = await api(session, prometheus, "query_range", query=q.expand(VARIABLES), **span)
         results[q] = data["result"]
     return results
 
