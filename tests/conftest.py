@@ -1,6 +1,9 @@
-"""The one fixture shared across modules: the real control plane, up once for the session."""
+"""What the whole session shares: the real control plane, up once, and the session as the
+subreaper of everything it starts."""
 
 from __future__ import annotations
+
+import ctypes
 
 import pytest
 
@@ -22,3 +25,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The cluster tests last: the control plane then runs only while they do, not beside the
     rest of the suite (some of which measures timing)."""
     items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Orphans of the processes the tests start become this process's children rather than
+    PID 1's, so a test that checks nothing was left behind looks only at its own session."""
+    pr_set_child_subreaper = 36
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)

@@ -265,16 +265,35 @@ def connected_to(pid: int, port: int) -> int:
 
 
 def dagperf_processes() -> set[int]:
-    """Every live `python -m dagperf ...` process on the machine."""
+    """Every live `python -m dagperf ...` process this test session started, however far down
+    (the session is its descendants' subreaper, see conftest.py, so orphans stay in its tree);
+    a suite running beside this one has its own."""
     found = set()
+    for pid in descendants(os.getpid()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"-m\x00dagperf\x00" in cmdline and state != "Z":  # a zombie has exited
+            found.add(pid)
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                cmdline = (entry / "cmdline").read_bytes()
+                stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if b"-m\x00dagperf\x00" in cmdline:
-                found.add(int(entry.name))
+            parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
     return found
 
 
