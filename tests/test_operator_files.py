@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import aiohttp
 import jsonschema
@@ -203,6 +204,20 @@ def test_a_job_that_failed_before_its_pod_reported_fails_the_benchmark():
     job = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
     assert st.finished(None, job).reason == "SchedulerFailed"
     assert st.finished(None, {"status": {}}) is None  # still running
+
+
+@pytest.mark.parametrize(
+    ("finished", "ttl", "expired"),
+    [
+        ("2026-01-01T00:00:00Z", 3600, False),  # 3599 s after
+        ("2026-01-01T00:00:00Z", 3599, True),
+        ("2026-01-01T00:59:59Z", 0, True),
+        (None, 0, False),  # not finished: nothing to count from
+    ],
+)
+def test_a_benchmark_expires_exactly_its_ttl_after_it_finished(finished, ttl, expired):
+    now = datetime(2026, 1, 1, 0, 59, 59, tzinfo=UTC)
+    assert st.expired(finished, ttl, now) is expired
 
 
 def test_dataset_problems_are_quoted_first_few_then_counted():

@@ -417,12 +417,7 @@ def expire(
     logger: logging.Logger,
     **_: Any,
 ) -> None:
-    finished_at = status.get("completionTime")
-    if not finished_at:
-        return
-    age = (
-        datetime.now(UTC) - datetime.fromisoformat(finished_at.replace("Z", "+00:00"))
-    ).total_seconds()
-    if age >= spec["ttlSecondsAfterFinished"]:
-        logger.info("finished %.0f s ago: deleting (ttlSecondsAfterFinished)", age)
+    ttl = spec["ttlSecondsAfterFinished"]
+    if st.expired(status.get("completionTime"), ttl, datetime.now(UTC)):
+        logger.info("finished over %d s ago: deleting (ttlSecondsAfterFinished)", ttl)
         memo.kube.delete_benchmark(namespace, name)

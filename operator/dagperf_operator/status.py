@@ -44,6 +44,15 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def expired(completion_time: str | None, ttl_seconds: int, now: datetime) -> bool:
+    """Whether a Benchmark that finished at `completion_time` (an API timestamp,
+    `2026-01-02T03:04:05Z`) has outlived its ttlSecondsAfterFinished at `now`."""
+    if not completion_time:
+        return False
+    finished = datetime.fromisoformat(completion_time.replace("Z", "+00:00"))
+    return (now - finished).total_seconds() >= ttl_seconds
+
+
 def set_condition(
     conditions: list[dict[str, Any]], type_: str, status: bool, reason: str, message: str = ""
 ) -> list[dict[str, Any]]:
