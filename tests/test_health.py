@@ -680,3 +680,26 @@ def test_a_real_run_passes(tmp_path):
     assert sum(meta["dependents"] for meta in metas) == 6 * 7
     turns = Counter(meta["x_correlation_id"] for meta in metas)
     assert [meta["turn_count"] for meta in metas] == [turns[m["x_correlation_id"]] for m in metas]
+
+
+def test_the_health_commands_tolerance_flags_reach_their_checks(tmp_path):
+    """Each request of this run goes out 1 ms late and each ignore_eos reply is 2 tokens short:
+    fine by the defaults, failures once the flags tighten the slack and the cap."""
+    directory = write_run(tmp_path / "run", good_run(roots=300), concurrency=2, request_rate=100.0)
+    command = [sys.executable, "-m", "dagperf", "health", str(directory)]
+    assert subprocess.run(command, capture_output=True, timeout=60).returncode == 0
+    flags = {
+        "arrival_slack_ms": 0.5, "early_tolerance_ms": 2.0, "rate_tolerance": 0.5,
+        "osl_tolerance_pct": 3.0, "osl_tolerance_max_tokens": 1,
+    }  # fmt: skip
+    command += [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads((directory / "health_check.json").read_text())
+    assert report["options"] == flags
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks[ARRIVAL]["status"] == Status.FAIL
+    assert checks[ARRIVAL]["details"]["slack_ms"] == 0.5
+    assert checks[ARRIVAL]["details"]["early_tolerance_ms"] == 2.0
+    assert checks[OSL]["status"] == Status.FAIL
+    assert checks[RATE]["details"]["tolerance"] == 0.5

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dagperf.simulator import SimConfig, running_simulator
@@ -87,16 +89,29 @@ async def test_max_inflight_caps_every_request(tmp_path):
     assert overlap(capped) <= 2 < overlap(free)
 
 
-async def test_request_rate_spreads_roots_out(sim, tmp_path):
+HEALTH_FLAGS = {  # profile's --health-* flags, each a value unlike its default
+    "arrival_slack_ms": 75.0, "early_tolerance_ms": 3.0, "rate_tolerance": 0.2,
+    "osl_tolerance_pct": 7.0, "osl_tolerance_max_tokens": 9,
+}  # fmt: skip
+
+
+async def test_request_rate_holds_within_the_health_checks_tolerance(sim, tmp_path):
+    """400 Poisson arrivals at 200/s: the measured rate is within 20% of the target both ways
+    (3 sigma of the arrival noise at this count), and every --health-* flag reaches the report."""
+    flags = [f"--health-{k.replace('_', '-')}={v}" for k, v in HEALTH_FLAGS.items()]
     lines = [conv(f"r{i}") for i in range(3)]
     run = await profile(
-        sim, tmp_path, lines, "--request-rate", "40", "--request-count", "20", "--random-seed", "4"
-    )
+        sim, tmp_path, lines, "--request-rate", "200", "--request-count", "400",
+        "--random-seed", "4", *flags,
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    starts = sorted(r["metadata"]["request_start_ns"] for r in run.records)
-    assert len(starts) == 20
-    # 19 gaps with a mean of 25 ms: far more than the milliseconds a burst would take.
-    assert (starts[-1] - starts[0]) / 1e6 > 19 * 25 * 0.4
+    assert len(run.records) == 400
+    report = json.loads((run.directory / "health_check.json").read_text())
+    assert report["options"] == HEALTH_FLAGS
+    (rate,) = [c for c in report["checks"] if c["name"] == "request_rate"]
+    assert rate["status"] == "pass", rate
+    assert rate["details"]["tolerance"] == 0.2 and rate["details"]["arrivals"] == 400
+    assert 0.8 <= rate["details"]["measured_per_s"] / 200 <= 1.2
 
 
 async def test_duration_stops_sending_and_waits_for_what_is_in_flight(sim, tmp_path):
