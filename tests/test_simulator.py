@@ -142,9 +142,9 @@ async def test_a_repeated_prefix_gets_a_lower_ttft_than_a_cold_one():
         warm = await ttft("second question")
         cold_record, warm_record = sim.simulator.records
     # 400 uncached prompt tokens cost 200 ms of prefill; cached, only the question's block does.
-    assert cold_record.intended_ttft_ms > 200 > 20 > warm_record.intended_ttft_ms
-    assert warm_record.cached_tokens >= 400
-    assert cold > 0.2 > 0.1 > warm
+    assert cold_record.intended_ttft_ms > 200 and warm_record.intended_ttft_ms < 20
+    assert cold_record.cached_tokens == 0 and warm_record.cached_tokens >= 400
+    assert cold > 0.2 and warm < cold  # a deadline is never early; the warm one came far sooner
 
 
 async def test_records_are_honest_about_timing():
