@@ -98,7 +98,6 @@ class Outcome:
 @dataclass
 class _Peer:
     incarnation: str
-    pid: int
     last_seen: float
 
 
@@ -334,7 +333,7 @@ class Scheduler:
             if self.dispatcher.finished:
                 self._send(worker, protocol.Shutdown(self._end_reason()))
                 return
-            self._peers[worker] = _Peer(hello.incarnation, hello.pid, time.monotonic())
+            self._peers[worker] = _Peer(hello.incarnation, time.monotonic())
             self.dispatcher.add_worker(worker)
             log.info("worker %s registered (pid %d)", worker, hello.pid)
         else:

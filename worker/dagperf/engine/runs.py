@@ -20,10 +20,6 @@ class NodeState(IntEnum):
     FAILED = 5
     SKIPPED = 6  # never sent: a dependency failed, its worker was lost, or the run stopped
 
-    @property
-    def ended(self) -> bool:
-        return self >= NodeState.OK
-
 
 class SessionState(IntEnum):
     IDLE = 0  # nothing sent yet
