@@ -39,6 +39,14 @@ def test_code_is_ruff_clean():
     assert form.returncode == 0, form.stdout
 
 
+def test_code_is_mypy_strict_clean():
+    """worker/ and operator/ under `mypy --strict` (its settings are in pyproject.toml)."""
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_a_worker_starts_without_the_server_side_libraries():
     """Every worker process reads the whole command line; launch time is the imports. The
     simulator's aiohttp and the health check's numpy load only where they are used."""

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from dagperf_operator.spec import BenchmarkSpec, BenchmarkStatus
 
@@ -34,7 +35,7 @@ PRINTER_COLUMNS = [
 ]  # fmt: skip
 
 # Rules the structural schema cannot state; checked by the API server (CEL, Kubernetes 1.25+).
-VALIDATIONS = {
+VALIDATIONS: dict[tuple[str, ...], list[dict[str, str]]] = {
     ("results", "persistentVolumeClaim"): [
         {"rule": "has(self.claimName) != has(self.size)",
          "message": "give either claimName (an existing claim) or size (a new one)"},
@@ -42,7 +43,7 @@ VALIDATIONS = {
 }  # fmt: skip
 
 
-def structural(model: type) -> dict[str, Any]:
+def structural(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True, mode="validation")
     return _convert(schema, schema.get("$defs", {}), ())
 
@@ -147,7 +148,8 @@ def benchmark_crd() -> dict[str, Any]:
 
 def crd_yaml() -> str:
     header = "# Generated from dagperf_operator/spec.py by `python -m dagperf_operator.crd`.\n"
-    return header + yaml.safe_dump(benchmark_crd(), sort_keys=False, width=100)
+    body: str = yaml.safe_dump(benchmark_crd(), sort_keys=False, width=100)
+    return header + body
 
 
 if __name__ == "__main__":

@@ -98,12 +98,13 @@ def create(
     body: kopf.Body,
     spec: kopf.Spec,
     name: str,
-    namespace: str,
+    namespace: str | None,
     patch: kopf.Patch,
     memo: kopf.Memo,
     retry: int,
     **_: Any,
 ) -> None:
+    assert namespace is not None  # Benchmarks are namespaced
     kube: Kube = memo.kube
     conditions: list[dict[str, Any]] = []
     patch.status["observedGeneration"] = body.metadata.get("generation")
@@ -133,6 +134,7 @@ def create(
             message = st.dataset_problems_message(problems)
             _fail(body, patch, conditions, Condition.DATASET_VALID, reason, message)
             return
+        assert key is not None  # a dataset without problems was found under a key
         conditions = st.set_condition(
             conditions,
             Condition.DATASET_VALID,
@@ -253,11 +255,12 @@ def monitor(
     body: kopf.Body,
     status: kopf.Status,
     name: str,
-    namespace: str,
+    namespace: str | None,
     patch: kopf.Patch,
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    assert namespace is not None  # Benchmarks are namespaced
     kube: Kube = memo.kube
     names = manifests.Names(name)
     job = kube.job(namespace, names.scheduler)
@@ -327,11 +330,12 @@ def spec_changed(
     diff: kopf.Diff,
     status: kopf.Status,
     name: str,
-    namespace: str,
+    namespace: str | None,
     patch: kopf.Patch,
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    assert namespace is not None  # Benchmarks are namespaced
     paths = {tuple(p[1:] if p[:1] == ("spec",) else p) for _, p, _, _ in diff}
     refused = sorted(".".join(p) for p in paths if p != ("suspend",))
     conditions = list(status.get("conditions") or [])
@@ -412,11 +416,12 @@ def expire(
     spec: kopf.Spec,
     status: kopf.Status,
     name: str,
-    namespace: str,
+    namespace: str | None,
     memo: kopf.Memo,
-    logger: logging.Logger,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
     **_: Any,
 ) -> None:
+    assert namespace is not None  # Benchmarks are namespaced
     ttl = spec["ttlSecondsAfterFinished"]
     if st.expired(status.get("completionTime"), ttl, datetime.now(UTC)):
         logger.info("finished over %d s ago: deleting (ttlSecondsAfterFinished)", ttl)

@@ -63,7 +63,7 @@ class Kube:
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """Create an object; False when it already exists (a retried or resumed handler)."""
         kind = body["kind"]
-        call = {
+        call: Any = {
             "Job": self.batch.create_namespaced_job,
             "Deployment": self.apps.create_namespaced_deployment,
             "Service": self.core.create_namespaced_service,
@@ -126,4 +126,5 @@ class Kube:
 
 
 def _json(response: Any) -> dict[str, Any]:
-    return json.loads(response.data)
+    data: dict[str, Any] = json.loads(response.data)
+    return data

@@ -157,7 +157,8 @@ def _api_key_env(spec: BenchmarkSpec) -> list[dict[str, Any]]:
 def _resources(spec_resources: Any, default: dict[str, Any]) -> dict[str, Any]:
     if spec_resources is None:
         return default
-    return spec_resources.model_dump(exclude_defaults=False)
+    dumped: dict[str, Any] = spec_resources.model_dump(exclude_defaults=False)
+    return dumped
 
 
 def scheduler_command(

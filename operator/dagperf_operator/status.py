@@ -59,13 +59,13 @@ def set_condition(
     """The conditions with one set; its transition time changes only when its status does."""
     value = "True" if status else "False"
     old = next((c for c in conditions if c.get("type") == type_), None)
-    moved = old is None or old.get("status") != value
+    kept = old is not None and old.get("status") == value
     new = {
         "type": type_,
         "status": value,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": now() if moved else old["lastTransitionTime"],
+        "lastTransitionTime": old["lastTransitionTime"] if old is not None and kept else now(),
     }
     return [c for c in conditions if c.get("type") != type_] + [new]
 

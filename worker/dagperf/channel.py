@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class Channel:
     def __init__(
         self,
-        socket: zmq.Socket,
+        socket: zmq.Socket[bytes],
         on_message: Callable[[list[bytes]], None],
         on_drained: Callable[[], None] = lambda: None,
     ):
@@ -33,7 +33,8 @@ class Channel:
         self._loop = asyncio.get_running_loop()
         self._scheduled = False
         self._closed = False
-        self._loop.add_reader(socket.getsockopt(zmq.FD), self._drain)
+        self._fd = int(socket.getsockopt(zmq.FD))
+        self._loop.add_reader(self._fd, self._drain)
         self._loop.call_soon(self._drain)  # messages may have arrived before we watched
 
     def send(self, frames: list[bytes]) -> None:
@@ -50,7 +51,7 @@ class Channel:
             self._drain()
 
     def _recheck(self) -> None:
-        if not self._scheduled and self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if not self._scheduled and int(self.socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
             self._scheduled = True
             self._loop.call_soon(self._drain)
 
@@ -77,7 +78,7 @@ class Channel:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._loop.remove_reader(self.socket.getsockopt(zmq.FD))
+            self._loop.remove_reader(self._fd)
             self.socket.close(linger=0)
 
 

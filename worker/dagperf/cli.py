@@ -49,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return args.run(args, parser)
+        code: int = args.run(args, parser)
+        return code
     except KeyboardInterrupt:
         return 130
 
@@ -539,7 +540,7 @@ def _default_stop(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
 
 def _artifact_dir(args: argparse.Namespace, load: LoadConfig) -> Path:
     if args.artifact_dir is not None:
-        return args.artifact_dir
+        return Path(args.artifact_dir)
     if load.request_rate:
         shape = f"rate{load.request_rate:g}"
     elif load.fixed_schedule:

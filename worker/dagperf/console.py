@@ -75,7 +75,7 @@ class Console:
 
 
 def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
-    rows = [("Metric", *TABLE_STATS)]
+    rows: list[tuple[str, ...]] = [("Metric", *TABLE_STATS)]
     for name in TABLE_METRICS:
         stats = document.get(name)
         if stats:

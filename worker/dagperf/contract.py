@@ -30,7 +30,7 @@ class _Camel(msgspec.Struct, rename="camel"):
     pass
 
 
-class Workers(_Camel, frozen=True):
+class Workers(_Camel):
     desired: int
     registered: int
 

@@ -38,7 +38,9 @@ def request_params(payload: Payload, endpoint: EndpointConfig) -> dict[str, Any]
     return params
 
 
-def request_body(endpoint_type: str, params: dict[str, Any], messages: list[Message]) -> dict:
+def request_body(
+    endpoint_type: str, params: dict[str, Any], messages: list[Message]
+) -> dict[str, Any]:
     if endpoint_type == "chat":
         return {"messages": messages, **params}
     return {"prompt": prompt_text(messages), **params}
@@ -60,7 +62,9 @@ def message_text(message: Message) -> str:
     return ""
 
 
-def captured_reply(content: str, reasoning: str, tool_calls: list[dict] | None) -> Message:
+def captured_reply(
+    content: str, reasoning: str, tool_calls: list[dict[str, Any]] | None
+) -> Message:
     """The assistant message a turn appends to its history."""
     reply: Message = {"role": "assistant", "content": content or reasoning}
     if tool_calls:

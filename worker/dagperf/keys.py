@@ -136,7 +136,7 @@ def _key(directory: Path, name: str) -> bytes:
     return value.encode()
 
 
-def secure_server(socket: zmq.Socket, keys: SchedulerKeys) -> None:
+def secure_server(socket: zmq.Socket[bytes], keys: SchedulerKeys) -> None:
     """Make `socket` a CURVE server: clients must pass the `Gate` of its context."""
     socket.curve_server = True
     socket.curve_publickey = keys.public
@@ -144,7 +144,7 @@ def secure_server(socket: zmq.Socket, keys: SchedulerKeys) -> None:
     socket.zap_domain = b"dagperf"
 
 
-def secure_client(socket: zmq.Socket, keys: WorkerKeys) -> None:
+def secure_client(socket: zmq.Socket[bytes], keys: WorkerKeys) -> None:
     """Make `socket` a CURVE client of the scheduler whose public key `keys` names."""
     socket.curve_serverkey = keys.scheduler_public
     socket.curve_publickey = keys.public
@@ -168,7 +168,7 @@ class Gate:
     one, libzmq would admit anyone who knows the (public) server key.
     """
 
-    def __init__(self, context: zmq.Context, keys: SchedulerKeys) -> None:
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], keys: SchedulerKeys) -> None:
         self._auth = ThreadAuthenticator(context, log=logging.getLogger("dagperf.keys.zap"))
         self._auth.start()
         self._auth.configure_curve_callback("dagperf", _Allowed(keys.worker_public))

@@ -20,7 +20,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,7 +172,7 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _child_simulator(args: tuple[str, ...]):
+async def _child_simulator(args: tuple[str, ...]) -> AsyncIterator[str]:
     """A `dagperf simulate` process on a free loopback port; yields its URL."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -211,7 +211,7 @@ async def default_model(graph: RequestGraph, url: str, api_key: str | None = Non
     server lists. When every turn names its model, none is needed and the server is not asked."""
     named = {node.payload.model for tree in graph.trees for node in tree.nodes}
     if None not in named:
-        return sorted(named)[0]
+        return sorted(m for m in named if m is not None)[0]
     return await discover_model(url, api_key)
 
 
@@ -236,7 +236,7 @@ async def discover_model(url: str, api_key: str | None = None) -> str:
 
 
 @contextlib.contextmanager
-def _interruptible(scheduler: Scheduler):
+def _interruptible(scheduler: Scheduler) -> Iterator[None]:
     """First Ctrl-C (or SIGTERM): cancel and write what there is. Second: stop now."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
@@ -263,7 +263,7 @@ def _interruptible(scheduler: Scheduler):
             loop.remove_signal_handler(sig)
 
 
-def run_sync(main: Callable[[], Awaitable[int]]) -> int:
+def run_sync(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     try:
         return loops.run(main())
     except (ProfileError, SchedulerError) as e:

@@ -166,6 +166,7 @@ def decode(frames: list[bytes]) -> Message:
     if frames[0] != VERSION:
         raise BadMessage(f"unsupported protocol {bytes(frames[0])[:32]!r}, expected {VERSION!r}")
     try:
-        return _decoder.decode(frames[1])
+        message: Message = _decoder.decode(frames[1])
+        return message
     except msgspec.DecodeError as e:
         raise BadMessage(str(e)) from None

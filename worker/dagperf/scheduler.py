@@ -182,7 +182,7 @@ class Scheduler:
         except OSError as e:
             where = e.filename or self.artifacts.directory
             raise SchedulerError(f"cannot write {where}: {e.strerror or e}") from None
-        context = zmq.Context.instance()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         gate = Gate(context, self.keys)
         socket = context.socket(zmq.ROUTER)
         secure_server(socket, self.keys)
@@ -447,13 +447,13 @@ class Scheduler:
         cancels: dict[str, list[int]] = {}
         for flight in d.drain_cancels():
             cancels.setdefault(flight.worker, []).append(flight.credit)
-        for worker, credits in cancels.items():
-            self._send(worker, protocol.Cancel(credits))
+        for worker, ids in cancels.items():
+            self._send(worker, protocol.Cancel(ids))
         disarms: dict[str, list[int]] = {}
         for flight in d.drain_disarms():
             disarms.setdefault(flight.worker, []).append(flight.credit)
-        for worker, credits in disarms.items():
-            self._send(worker, protocol.Disarm(credits))
+        for worker, ids in disarms.items():
+            self._send(worker, protocol.Disarm(ids))
         if cancels and self._cancel_deadline is None:
             loop = asyncio.get_running_loop()
             self._cancel_deadline = loop.call_later(self.cancel_timeout_s, self._abandon)
@@ -481,6 +481,8 @@ class Scheduler:
         node = run.tree.nodes[flight.node]
         session = run.tree.sessions[node.session]
         params = self._params_of(node.payload)
+        correlation, route = run.correlation[node.session], run.correlation[session.route]
+        assert correlation is not None and route is not None  # named when first dispatched
         return protocol.Credit(
             flight.credit,
             run.id,
@@ -490,8 +492,8 @@ class Scheduler:
             node.payload.messages,
             params,
             flight.request_id,
-            run.correlation[node.session],
-            run.correlation[session.route],
+            correlation,
+            route,
             then,
             node.keep_reply,
             after,

@@ -45,7 +45,7 @@ def _timed_sessions(lines: Iterable[bytes], source: str) -> RequestGraph:
     return _compile(source, trace.specs, trace.loader_mode)
 
 
-def _compile(source: str, specs: list, loader_mode: Any) -> RequestGraph:
+def _compile(source: str, specs: list[Any], loader_mode: Any) -> RequestGraph:
     from dagperf.graph.sessions import SpecError, compile_sessions
 
     try:

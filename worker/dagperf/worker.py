@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -83,8 +84,9 @@ class Worker:
         scheduler_timeout = config.scheduler_timeout
         self.scheduler_timeout = scheduler_timeout
         self.incarnation = secrets.token_hex(8)
-        self._histories: dict[int, dict[int, list]] = {}  # run -> node -> [messages, uses left]
-        self._tasks: dict[int, asyncio.Task] = {}
+        # run -> node -> [messages, uses left]
+        self._histories: dict[int, dict[int, list[Any]]] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
         self._after: dict[int, list[protocol.Credit]] = {}  # credit -> armed credits it starts
         self._armed: set[int] = set()  # armed credits not yet started, nor disarmed
         self._unsent: set[int] = set()  # armed credits started whose request is not out yet
@@ -179,8 +181,8 @@ class Worker:
         elif isinstance(message, protocol.Welcome):
             self._welcome(message)
         elif isinstance(message, protocol.Cancel):
-            for credit in message.credits:
-                task = self._tasks.get(credit)
+            for credit_id in message.credits:
+                task = self._tasks.get(credit_id)
                 if task is not None:
                     task.cancel()
         elif isinstance(message, protocol.Disarm):
@@ -222,7 +224,7 @@ class Worker:
 
     # --- requests ---------------------------------------------------------------------------
 
-    def _start(self, credit: protocol.Credit) -> asyncio.Task:
+    def _start(self, credit: protocol.Credit) -> asyncio.Task[None]:
         for armed in credit.then:
             self._after.setdefault(armed.after, []).append(armed)
         self._armed.update(armed.id for armed in self._after.get(credit.id, ()))
@@ -231,14 +233,14 @@ class Worker:
 
     def _start_armed(self, credit: protocol.Credit) -> tuple[int, ...]:
         """After `credit` succeeded: start its armed credits that were not disarmed."""
-        started = []
+        started: list[int] = []
         for armed in self._after.pop(credit.id, ()):
             if armed.id in self._armed:
                 self._armed.discard(armed.id)
                 self._unsent.add(armed.id)
                 task = self._start(armed)
                 # However it ends (even cancelled before it ran), it no longer holds results.
-                task.add_done_callback(lambda _, armed=armed.id: self._written(armed))
+                task.add_done_callback(functools.partial(self._written, armed.id))
                 started.append(armed.id)
             else:
                 self._drop_armed(armed.id)
@@ -252,8 +254,9 @@ class Worker:
                 self._armed.discard(armed.id)
                 stack.append(armed.id)
 
-    def _written(self, credit: int) -> None:
-        """An armed request is on the wire (or ended without getting there); again is harmless."""
+    def _written(self, credit: int, _task: object = None) -> None:
+        """An armed request is on the wire (or ended without getting there); again is harmless.
+        Also a done callback of its task (`_task`, unused)."""
         self._unsent.discard(credit)
         if credit in self._awaited:
             self._awaited.discard(credit)
@@ -283,8 +286,8 @@ class Worker:
             )
         except asyncio.CancelledError:
             now = time.time_ns()
-            started = ex.start_ns or now
-            message = f"Request was cancelled after {(now - started) / 1e9:.3f} seconds"
+            began = ex.start_ns or now
+            message = f"Request was cancelled after {(now - began) / 1e9:.3f} seconds"
             error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
             metrics = error_metrics(prompt_text(messages), self._counter)
             self._finish(credit, ex, metrics, error, cancelled_ns=now)
@@ -382,9 +385,9 @@ class _Heartbeat(threading.Thread):
             self.join()
 
 
-def _connect(config: WorkerConfig, identity: str, max_message: int) -> zmq.Socket:
+def _connect(config: WorkerConfig, identity: str, max_message: int) -> zmq.Socket[bytes]:
     """A DEALER socket to the scheduler, authenticated and encrypted by CURVE."""
-    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     secure_client(socket, config.keys)
     socket.setsockopt(zmq.IDENTITY, identity.encode())
     socket.setsockopt(zmq.LINGER, 0)
@@ -401,7 +404,7 @@ def serve_workers(config: WorkerConfig, keys_dir: str, processes: int, log_flags
     if processes == 1:
         return loops.run(_serve_one(config))
     stopped_by: set[int] = set()
-    children: list[subprocess.Popen] = []
+    children: list[subprocess.Popen[bytes]] = []
     environ = dict(os.environ)
 
     def forward(sig: int, _frame: object) -> None:
@@ -417,7 +420,9 @@ def serve_workers(config: WorkerConfig, keys_dir: str, processes: int, log_flags
             break
         command = ["-m", "dagperf", "worker", "--scheduler", config.scheduler, "--processes", "1"]
         command += ["--worker-id", f"{config.worker_id}-{index}", "--keys", keys_dir]
-        command += ["--url", config.url, *(["--endpoint", config.endpoint] * bool(config.endpoint))]
+        command += ["--url", config.url]
+        if config.endpoint:
+            command += ["--endpoint", config.endpoint]
         command += ["--scheduler-timeout", str(config.scheduler_timeout), *log_flags]
         child = subprocess.Popen([sys.executable, *command], env=lifeline.child_env(environ))
         children.append(child)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -78,8 +78,12 @@ def _bare_or_object(model: type[BaseModel], key: str, shape: str) -> Any:
     ]
 
 
-ForkItem = _bare_or_object(ForkEntry, "forks", '{"child": ..., "background": ...}')
-SpawnItem = _bare_or_object(SpawnEntry, "spawns", '{"children": [...], "join_at": ...}')
+if TYPE_CHECKING:  # what the validators below produce
+    ForkItem = SessionId | ForkEntry
+    SpawnItem = SessionId | SpawnEntry
+else:
+    ForkItem = _bare_or_object(ForkEntry, "forks", '{"child": ..., "background": ...}')
+    SpawnItem = _bare_or_object(SpawnEntry, "spawns", '{"children": [...], "join_at": ...}')
 #: Tags the discriminated unions above add to error locations; they are not keys in the file.
 UNION_TAGS = frozenset({"bare", "object"})
 
@@ -148,7 +152,7 @@ def conversation_branches(conv: DagConversation) -> list[Branch]:
         if not turn.forks and not turn.spawns:
             continue
         foreground = [f if isinstance(f, str) else f.child for f in turn.forks if _is_fg(f)]
-        background = [f.child for f in turn.forks if not _is_fg(f)]
+        background = [f.child for f in turn.forks if not isinstance(f, str) and not _is_fg(f)]
         groups = _spawn_groups(turn.spawns, k)
         shared = (len(groups) + bool(foreground) + bool(background)) > 1
         if foreground:

@@ -255,7 +255,7 @@ def _dataset(sessions: dict[str, _Turns], block_size: int, *, timed: bool) -> Tr
             )
         )
     if timed:
-        specs.sort(key=lambda spec: spec.start_s)  # stable: ties keep file order
+        specs.sort(key=lambda spec: spec.start_s or 0.0)  # stable: ties keep file order
     return TraceDataset(specs, loader_mode, timed)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 from dagperf.dataset.dag_jsonl import Branch, BranchMode, DagConversation, DagTurn
 
@@ -124,14 +125,16 @@ def _pre_session_fork_target(sid: str, child: str) -> str:
     )
 
 
-def _two_fork_parents(child: str, first: tuple[str, int | None], second: tuple[str, int]) -> str:
+def _two_fork_parents(
+    child: str, first: tuple[str, int | None], second: tuple[str, int | None]
+) -> str:
     return (
         f"session '{child}' forked by both '{first[0]}' turn {first[1]} and '{second[0]}' turn "
         f"{second[1]}; FORK-mode children require a single parent, whose history they continue"
     )
 
 
-def _system_messages(messages: list[dict], prefix: str) -> Iterator[str]:
+def _system_messages(messages: list[dict[str, Any]], prefix: str) -> Iterator[str]:
     for index, message in enumerate(messages):
         if message["role"] == "system":  # the schema guarantees a role
             yield f"{prefix} (message at index {index}); {_SYSTEM_HINT}"

@@ -179,7 +179,7 @@ def _read(lines: Iterable[bytes], source: str) -> TraceDataset:
     problems.raise_any()
     specs = [_spec(sid, session, timed) for sid, session in sessions.items()]
     if timed:
-        specs.sort(key=lambda spec: spec.start_s)  # stable: ties keep file order
+        specs.sort(key=lambda spec: spec.start_s or 0.0)  # stable: ties keep file order
     return TraceDataset(specs, None, timed)
 
 

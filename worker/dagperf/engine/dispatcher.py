@@ -170,6 +170,7 @@ class Dispatcher:
         while self._timers and self._timers[0][0] <= now:
             due, _, kind, run, node = heapq.heappop(self._timers)
             if kind == _DUE:
+                assert run is not None  # a due timer belongs to a run; an arrival has none yet
                 if run.id in self._runs and run.nodes[node] == NodeState.READY:
                     self._queue.append((run, node))
             elif kind == _ARRIVAL and not self._closed:
@@ -423,7 +424,9 @@ class Dispatcher:
         route = tree.sessions[s].route
         worker = run.pins.get(route)
         if worker is None:
-            worker = run.pins[route] = self.router.pick(run.correlation[route])
+            key = run.correlation[route]
+            assert key is not None  # the route's own session went first and was named
+            worker = run.pins[route] = self.router.pick(key)
         self._credits += 1
         request_id = run.request_ids[i] = self._new_id()
         return Flight(self._credits, run, i, worker, self._phase, -1, request_id)

@@ -128,7 +128,7 @@ def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
             sent_first.add(first)
         for branch in template.branches:
             pre = branch.turn is None
-            spawner = None if pre else first + branch.turn
+            spawner = None if branch.turn is None else first + branch.turn
             join = None if branch.join_at is None else first + branch.join_at
             fork = branch.mode is BranchMode.FORK
             for child in branch.children:
@@ -140,7 +140,7 @@ def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
                         None if pre else s,
                         start.depth + 1,
                         route if fork else None,
-                        start.trigger if pre else (spawner,),
+                        start.trigger if spawner is None else (spawner,),
                         spawner if fork else None,
                         join,
                         pre_session=pre,

@@ -432,7 +432,7 @@ class OutputLengths:
     def result(self) -> CheckResult:
         options = self._options
         failed = self._short + self._long
-        details = {
+        details: dict[str, Any] = {
             "checked": self._checked,
             "failed": failed,
             "short": self._short,

@@ -36,7 +36,7 @@ class Distribution:
         self.max = -math.inf
         self._mean = 0.0
         self._m2 = 0.0
-        self._exact: array | None = array("d")
+        self._exact: array[float] | None = array("d")
         self._buckets: Counter[int] = Counter()  # signed bucket index -> count; 0 excluded
         self._zeros = 0
 

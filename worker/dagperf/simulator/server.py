@@ -82,7 +82,8 @@ class Simulator:
         expected = f"Bearer {self.config.api_key}"
         if request.path.startswith("/v1/") and request.headers.get("Authorization") != expected:
             return _error(401, "authentication_error", "a valid API key is required")
-        return await handler(request)
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response()

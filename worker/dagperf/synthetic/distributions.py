@@ -187,7 +187,7 @@ def duration_sampler(dist: DurationDistribution, rng: random.Random) -> Callable
 def _problem(at: str, message: str) -> PydanticCustomError:
     """An error about one parameter: `at` is appended to the field's path when reported, since
     pydantic places the errors of a validator at the field, not at the parameter."""
-    return PydanticCustomError("distribution", message, {"at": at})  # type: ignore[arg-type]
+    return PydanticCustomError("distribution", message, {"at": at})
 
 
 def _kind_check(allowed: tuple[str, ...], what: str) -> Callable[[Any], Any]:
