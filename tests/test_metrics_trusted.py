@@ -10,8 +10,8 @@ import aiohttp
 import numpy as np
 import pytest
 
+from dagperf.dataset.text import VOCABULARY
 from dagperf.simulator import SimConfig, running_simulator
-from dagperf.simulator.text import VOCABULARY
 
 from dagfile import conv, turn, user
 from runs import RECORDING, control_token, finish, free_port, key_set, profile, start_profile

@@ -47,6 +47,16 @@ def test_code_is_mypy_strict_clean():
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def test_imports_keep_the_layers():
+    """import-linter's contracts in pyproject.toml: dataset -> graph -> engine -> roles, the
+    operator apart from the runtime's insides, no cycles between packages."""
+    lint = shutil.which("lint-imports")
+    assert lint, "import-linter comes with the test extra"
+    checked = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "0 broken" in checked.stdout
+
+
 def test_a_worker_starts_without_the_server_side_libraries():
     """Every worker process reads the whole command line; launch time is the imports. The
     simulator's aiohttp and the health check's numpy load only where they are used."""

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dagperf.dataset.text import text_tokens
 from dagperf.graph.sessions import ContextMode, SessionSpec, compile_sessions
-from dagperf.simulator.text import text_tokens
 from dagperf.synthetic import (
     ConfigError,
     generate_sessions,

@@ -12,10 +12,10 @@ import pytest
 
 from dagperf.dataset.loader import DatasetError
 from dagperf.dataset.mooncake import TraceDataset, load_mooncake_trace, read_mooncake_trace
+from dagperf.dataset.text import text_tokens
 from dagperf.dataset.timed_sessions import load_timed_sessions, read_timed_sessions
 from dagperf.graph.model import Tree
 from dagperf.graph.sessions import REFUSED_CONTEXT_MODE, ContextMode, GraphNode, compile_sessions
-from dagperf.simulator.text import text_tokens
 
 from dagfile import check_tree, encode
 

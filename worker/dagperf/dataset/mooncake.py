@@ -39,10 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dagperf.dataset.content import with_roles
 from dagperf.dataset.limits import ArrivalMs, OutputTokens, PromptTokens, WaitMs
 from dagperf.dataset.loader import Problems, load_file, validated_lines
+from dagperf.dataset.prompts import blocks_prompt, passage
+from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
 from dagperf.gcpause import gc_paused
-from dagperf.graph.model import Payload
-from dagperf.graph.sessions import ContextMode, GraphNode, SessionSpec
-from dagperf.synthetic.prompts import blocks_prompt, passage
 
 BLOCK_SIZE = 512  # tokens per hash id, as in the published Mooncake traces
 BlockId = Annotated[int, Field(ge=0, strict=True)]

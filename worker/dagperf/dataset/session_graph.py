@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from dagperf.dataset.content import RequestContent
 from dagperf.dataset.limits import WaitSeconds
 from dagperf.dataset.loader import DatasetError, Problems, load_file, validated_lines
-from dagperf.graph.model import Payload
-from dagperf.graph.sessions import (
+from dagperf.dataset.specs import (
     REFUSED_CONTEXT_MODE,
     ContextMode,
     GraphNode,
+    Payload,
     SessionSpec,
     parents_first,
 )

@@ -48,16 +48,16 @@ from dagperf.dataset.limits import (
 )
 from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.dataset.mooncake import TraceDataset
-from dagperf.gcpause import gc_paused
-from dagperf.graph.model import Payload
-from dagperf.graph.sessions import (
+from dagperf.dataset.prompts import passage
+from dagperf.dataset.specs import (
     REFUSED_CONTEXT_MODE,
     ContextMode,
     GraphNode,
+    Payload,
     SessionSpec,
     parents_first,
 )
-from dagperf.synthetic.prompts import passage
+from dagperf.gcpause import gc_paused
 
 
 def _id_text(value: Any) -> Any:

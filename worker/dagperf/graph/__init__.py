@@ -1,6 +1,6 @@
 """The request graph (`model`) and the compilers that build it from each dataset format."""
 
-from dagperf.graph.dag_jsonl import MAX_TREE_REQUESTS, compile_dag_jsonl
+from dagperf.graph.dag_compiler import MAX_TREE_REQUESTS, compile_dag_jsonl
 from dagperf.graph.model import Node, Payload, RequestGraph, Session, SessionKind, Tree
 
 __all__ = [

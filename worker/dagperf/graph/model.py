@@ -26,7 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from dagperf.dataset.specs import Payload
+
+__all__ = ["Node", "Payload", "RequestGraph", "Session", "SessionKind", "Tree"]
 
 
 class SessionKind(StrEnum):
@@ -35,16 +39,6 @@ class SessionKind(StrEnum):
     ROOT = "root"
     FORK = "fork"
     SPAWN = "spawn"
-
-
-class Payload(NamedTuple):
-    """What a node authors for the wire; the worker adds the history and the endpoint's fields."""
-
-    messages: list[dict[str, Any]]
-    model: str | None = None
-    max_tokens: int | None = None
-    tools: list[dict[str, Any]] | None = None
-    extra: dict[str, Any] | None = None
 
 
 class Session(NamedTuple):

@@ -16,54 +16,23 @@ session, else from the format's loader, else `deltas_without_responses`.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
-from enum import StrEnum
-from typing import NamedTuple
 
-from dagperf.gcpause import gc_paused
-from dagperf.graph.model import Node, Payload, RequestGraph, Session, SessionKind, Tree
-
-
-class ContextMode(StrEnum):
-    """How a turn's history is built.
-
-    - deltas_without_responses: each node sends its history parent's context, that parent's live
-      reply, then its own messages (a chat that accumulates).
-    - deltas_with_responses: the same, but the live reply is measured and discarded: the
-      dataset's own assistant turns, in the nodes' messages, stand in for it.
-    - message_array_with_responses: each node's messages are the whole request, sent as written.
-    - message_array_without_responses: would merge live replies into full message arrays; no
-      format defines how, so it is refused.
-    """
-
-    DELTAS_WITHOUT_RESPONSES = "deltas_without_responses"
-    DELTAS_WITH_RESPONSES = "deltas_with_responses"
-    MESSAGE_ARRAY_WITH_RESPONSES = "message_array_with_responses"
-    MESSAGE_ARRAY_WITHOUT_RESPONSES = "message_array_without_responses"
-
-
-DEFAULT_CONTEXT_MODE = ContextMode.DELTAS_WITHOUT_RESPONSES
-REFUSED_CONTEXT_MODE = (
-    "context mode 'message_array_without_responses' is not supported: it would need live replies "
-    "merged into each turn's full message array, which no format defines; use "
-    "'message_array_with_responses' (turns sent as written) or a deltas mode"
+from dagperf.dataset.specs import (
+    DEFAULT_CONTEXT_MODE,
+    REFUSED_CONTEXT_MODE,
+    ContextMode,
+    GraphNode,
+    SessionSpec,
+    parents_first,
 )
+from dagperf.gcpause import gc_paused
+from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Tree
 
-
-class GraphNode(NamedTuple):
-    key: str  # the node's id in its source, for messages and records
-    payload: Payload
-    parents: tuple[int, ...] = ()  # indices of earlier nodes of the same session
-    history: int | None = None  # one of `parents`, or None for a fresh context
-    wait_s: float = 0.0  # after the last parent finished
-
-
-class SessionSpec(NamedTuple):
-    session_id: str
-    nodes: tuple[GraphNode, ...]  # parents before children
-    context_mode: ContextMode | None = None  # this session's override
-    start_s: float | None = None  # arrival on a fixed schedule, from the first session's
+__all__ = [
+    "DEFAULT_CONTEXT_MODE", "REFUSED_CONTEXT_MODE", "ContextMode", "GraphNode", "SessionSpec",
+    "SpecError", "compile_sessions", "parents_first", "resolve_mode",
+]  # fmt: skip
 
 
 class SpecError(ValueError):
@@ -123,24 +92,3 @@ def _tree(spec: SessionSpec, loader_mode: ContextMode | None) -> Tree:
     session = Session(spec.session_id, SessionKind.ROOT, None, None, 0, 0, 0, len(nodes))
     entry = tuple(i for i, node in enumerate(spec.nodes) if not node.parents)
     return Tree((session,), nodes, entry, spec.start_s)
-
-
-def parents_first(count: int, edges: Iterable[tuple[int, int]]) -> list[int]:
-    """Positions 0..count-1 ordered parents first, otherwise in their own order, for edges
-    (parent, child); shorter than `count` when some positions lie on a cycle."""
-    waiting = [0] * count
-    children: list[list[int]] = [[] for _ in range(count)]
-    for parent, child in edges:
-        children[parent].append(child)
-        waiting[child] += 1
-    ready = [i for i, w in enumerate(waiting) if not w]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for child in children[i]:
-            waiting[child] -= 1
-            if not waiting[child]:
-                heapq.heappush(ready, child)
-    return order

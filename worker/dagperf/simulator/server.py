@@ -24,9 +24,9 @@ from typing import Any
 
 from aiohttp import web
 
+from dagperf.dataset.text import chat_prompt_tokens, reply_words, text_tokens
 from dagperf.simulator.config import SimConfig
 from dagperf.simulator.prefix_cache import PrefixCache
-from dagperf.simulator.text import chat_prompt_tokens, reply_words, text_tokens
 
 
 @dataclass(slots=True)

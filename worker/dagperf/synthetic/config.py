@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dagperf.graph.sessions import REFUSED_CONTEXT_MODE, ContextMode
+from dagperf.dataset.specs import REFUSED_CONTEXT_MODE, ContextMode
 from dagperf.synthetic.distributions import Count, Duration, Fixed
 
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import random
 
-from dagperf.graph.model import Payload
-from dagperf.graph.sessions import GraphNode, SessionSpec
+from dagperf.dataset.prompts import fresh_passage, keyed_passage
+from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
 from dagperf.synthetic.config import PromptConfig, SessionConfig, SingleRequestGraph
 from dagperf.synthetic.distributions import count_sampler, duration_sampler
 from dagperf.synthetic.graphs import shape_sampler
-from dagperf.synthetic.prompts import fresh_passage, keyed_passage
 
 
 def generate_sessions(config: SessionConfig) -> list[SessionSpec]:

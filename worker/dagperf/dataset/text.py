@@ -1,4 +1,5 @@
-"""Tokens in and words out, for the simulator.
+"""Tokens in and words out: the cheap tokenizer and vocabulary that the simulator and the
+prompts made for token-only traces share (a layer below both).
 
 The simulator needs a tokenizer only to size prompts and find shared prefixes, so it uses a cheap
 deterministic one (words and punctuation) and renders chat messages the way a chat template

@@ -1,6 +1,6 @@
 """Prompt text of a target length, from a bundled corpus, for datasets that give only lengths.
 
-Lengths are in the simulator's tokens (words and punctuation marks, `dagperf.simulator.text`):
+Lengths are in the simulator's tokens (words and punctuation marks, `dagperf.dataset.text`):
 a passage of N tokens is N corpus tokens joined by spaces, so the built-in simulator counts
 exactly N. A real model's tokenizer counts differently (often 1.2 to 1.4 tokens per English
 word); the server's `usage` reports what it really saw.
@@ -18,7 +18,7 @@ import zlib
 from functools import cache
 from importlib import resources
 
-from dagperf.simulator.text import text_tokens
+from dagperf.dataset.text import text_tokens
 
 
 @cache

@@ -1,0 +1,83 @@
+"""What every loader but dag_jsonl's produces: sessions as small DAGs of requests, with the
+payload each request authors. The graph compiler (dagperf.graph.sessions) turns them into request
+trees; the types live here, with the loaders, so data flows one way: dataset -> graph -> engine.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+
+class Payload(NamedTuple):
+    """What a node authors for the wire; the worker adds the history and the endpoint's fields."""
+
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    max_tokens: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] | None = None
+
+
+class ContextMode(StrEnum):
+    """How a turn's history is built.
+
+    - deltas_without_responses: each node sends its history parent's context, that parent's live
+      reply, then its own messages (a chat that accumulates).
+    - deltas_with_responses: the same, but the live reply is measured and discarded: the
+      dataset's own assistant turns, in the nodes' messages, stand in for it.
+    - message_array_with_responses: each node's messages are the whole request, sent as written.
+    - message_array_without_responses: would merge live replies into full message arrays; no
+      format defines how, so it is refused.
+    """
+
+    DELTAS_WITHOUT_RESPONSES = "deltas_without_responses"
+    DELTAS_WITH_RESPONSES = "deltas_with_responses"
+    MESSAGE_ARRAY_WITH_RESPONSES = "message_array_with_responses"
+    MESSAGE_ARRAY_WITHOUT_RESPONSES = "message_array_without_responses"
+
+
+DEFAULT_CONTEXT_MODE = ContextMode.DELTAS_WITHOUT_RESPONSES
+REFUSED_CONTEXT_MODE = (
+    "context mode 'message_array_without_responses' is not supported: it would need live replies "
+    "merged into each turn's full message array, which no format defines; use "
+    "'message_array_with_responses' (turns sent as written) or a deltas mode"
+)
+
+
+class GraphNode(NamedTuple):
+    key: str  # the node's id in its source, for messages and records
+    payload: Payload
+    parents: tuple[int, ...] = ()  # indices of earlier nodes of the same session
+    history: int | None = None  # one of `parents`, or None for a fresh context
+    wait_s: float = 0.0  # after the last parent finished
+
+
+class SessionSpec(NamedTuple):
+    session_id: str
+    nodes: tuple[GraphNode, ...]  # parents before children
+    context_mode: ContextMode | None = None  # this session's override
+    start_s: float | None = None  # arrival on a fixed schedule, from the first session's
+
+
+def parents_first(count: int, edges: Iterable[tuple[int, int]]) -> list[int]:
+    """Positions 0..count-1 ordered parents first, otherwise in their own order, for edges
+    (parent, child); shorter than `count` when some positions lie on a cycle."""
+    waiting = [0] * count
+    children: list[list[int]] = [[] for _ in range(count)]
+    for parent, child in edges:
+        children[parent].append(child)
+        waiting[child] += 1
+    ready = [i for i, w in enumerate(waiting) if not w]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for child in children[i]:
+            waiting[child] -= 1
+            if not waiting[child]:
+                heapq.heappush(ready, child)
+    return order
