@@ -9,7 +9,7 @@ from dagperf.client import Exchange
 from dagperf.metrics import summary as summary_module
 from dagperf.metrics.record import request_metrics
 from dagperf.metrics.summary import PERCENTILES, Distribution, PhaseSummary
-from dagperf.metrics.tokens import TokenCounter, TokenizerError
+from dagperf.metrics.tokens import TokenCounter, TokenizerError, read_tokenizer
 from dagperf.protocol import ErrorInfo, Result
 from dagperf.replies import Reply
 
@@ -63,7 +63,7 @@ def test_a_local_tokenizer_counts_what_usage_does_not(tokenizer_json):
     ex = exchange([5, 6], 6)
     ex.reply.content = ["hello world ", "again"]
     for given in (tokenizer_json, tokenizer_json.parent):  # the file or its directory
-        counter = TokenCounter(given)
+        counter = TokenCounter(read_tokenizer(given))
         metrics, source = request_metrics(ex, "hello hello world", counter)
         assert source == "tokenizer"
         assert (metrics["output_sequence_length"], metrics["input_sequence_length"]) == (3, 3)
@@ -71,10 +71,10 @@ def test_a_local_tokenizer_counts_what_usage_does_not(tokenizer_json):
 
 def test_a_tokenizer_must_be_a_local_file(tmp_path):
     with pytest.raises(TokenizerError, match="never downloads"):
-        TokenCounter("Qwen/Qwen3-0.6B")
+        read_tokenizer("Qwen/Qwen3-0.6B")
     (tmp_path / "tokenizer.json").write_text("{not a tokenizer")
     with pytest.raises(TokenizerError, match="cannot load the tokenizer"):
-        TokenCounter(tmp_path)
+        read_tokenizer(tmp_path)
 
 
 def test_goodput_counts_requests_within_every_objective():

@@ -34,6 +34,7 @@ from dagfile import conv, encode, turn
 from runs import (
     RECORDING,
     children,
+    eventually,
     free_address,
     gated_simulator,
     key_set,
@@ -378,3 +379,45 @@ def test_heartbeats_keep_flowing_while_the_workers_loop_is_busy():
         gate.close()
     during = [t for t in heard if busy[0] <= t <= busy[1]]
     assert len(during) >= 5, f"{len(during)} heartbeats in the busy second"
+
+
+async def test_a_worker_counts_with_the_schedulers_tokenizer_without_the_file(tmp_path, keys):
+    """--tokenizer names a file on the scheduler's host; workers run in other pods, where the
+    path does not exist: the scheduler sends the tokenizer itself, so they count with it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from dagperf.dataset.text import VOCABULARY
+
+    vocab = {"[UNK]": 0} | {w: i + 1 for i, w in enumerate(sorted(set(VOCABULARY)))}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    only_here = tmp_path / "scheduler-host"
+    only_here.mkdir()
+    tokenizer.save(str(only_here / "tokenizer.json"))
+    dataset = tmp_path / "data.dag.jsonl"
+    dataset.write_bytes(b"".join(encode(conv("r0"), conv("r1"))))
+    address = free_address()
+    port = int(address.rsplit(":", 1)[1])
+    async with running_simulator(RECORDING.model_copy(update={"usage": False})) as sim:
+        scheduler = await spawn_scheduler(
+            dataset, sim.url, address, tmp_path / "out", keys, "--streaming",
+            "--tokenizer", str(only_here),
+        )  # fmt: skip
+        await eventually(lambda: _accepts(port), bool)  # bound: the tokenizer was read before
+        (only_here / "tokenizer.json").unlink()
+        only_here.rmdir()
+        worker = await spawn_worker(address, "pod-b", keys, sim.url)
+        _, err = await asyncio.wait_for(scheduler.communicate(), 60)
+        await asyncio.wait_for(worker.wait(), 30)
+    assert scheduler.returncode == 0, err.decode()
+    records = read_jsonl(tmp_path / "out" / "profile_export.jsonl")
+    assert [r["metadata"]["token_count_source"] for r in records] == ["tokenizer", "tokenizer"]
+
+
+async def _accepts(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    return True

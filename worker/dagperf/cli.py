@@ -328,11 +328,12 @@ def _report_options(
 ) -> dict[str, Any]:
     """Scheduler settings from the metrics flags, checked before anything starts."""
     from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
-    from dagperf.metrics.tokens import TokenCounter, TokenizerError
+    from dagperf.metrics.tokens import TokenizerError, read_tokenizer
 
+    tokenizer_json = None
     if args.tokenizer is not None:
         try:
-            TokenCounter(args.tokenizer)
+            tokenizer_json = read_tokenizer(args.tokenizer)
         except TokenizerError as e:
             parser.error(f"--tokenizer: {e}")
     goodput: dict[str, float] = {}
@@ -351,7 +352,7 @@ def _report_options(
         parser.error(f"--metrics-port: not a port: {args.metrics_port}")
     return {
         "goodput": goodput or None,
-        "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None,
+        "tokenizer_json": tokenizer_json,
         "benchmark": args.benchmark_name or artifact_dir.name,
         "metrics_port": args.metrics_port,
         "metrics_host": args.metrics_host,
@@ -560,7 +561,7 @@ def _input_config(
         else {"path": str(args.session_config), "type": "synthetic"},
         "load": load.model_dump(mode="json"),
         "workers": workers,
-        "tokenizer": options["tokenizer"],
+        "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None,
         "goodput": options["goodput"],
     }
 

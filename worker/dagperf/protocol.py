@@ -35,7 +35,9 @@ class WorkerSettings(msgspec.Struct, frozen=True):
     streaming: bool
     timeout_s: float
     affinity_header: str  # empty: do not send one
-    tokenizer: str | None = None  # a local tokenizer.json, for counts the server does not give
+    # the run's tokenizer.json, for counts the server does not give: sent, since a worker may
+    # run where the file is not
+    tokenizer_json: str | None = None
 
 
 class Hello(msgspec.Struct, tag="hello", frozen=True):

@@ -118,7 +118,7 @@ class Scheduler:
         cancel_timeout_s: float = 10.0,
         on_progress: Callable[[Progress], None] | None = None,
         goodput: dict[str, float] | None = None,
-        tokenizer: str | None = None,
+        tokenizer_json: str | None = None,
         benchmark: str = "dagperf",
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",
@@ -158,7 +158,7 @@ class Scheduler:
             endpoint.streaming,
             endpoint.request_timeout_seconds,
             endpoint.session_affinity_header,
-            tokenizer,
+            tokenizer_json,
         )
         self._interrupted = False
         self._stop_requested = False

@@ -202,7 +202,7 @@ class Worker:
         self._settings = settings
         self._heartbeat_s = message.heartbeat_s
         try:
-            self._counter = TokenCounter(settings.tokenizer)
+            self._counter = TokenCounter(settings.tokenizer_json, origin="the scheduler's")
         except TokenizerError as e:
             log.error("%s; token counts the server does not give will be estimates", e)
             self._counter = TokenCounter()

@@ -35,19 +35,30 @@ def tokenizer_file(path: str | Path) -> Path:
     return candidate
 
 
-class TokenCounter:
-    """Counts tokens of text with a local tokenizer, or estimates them."""
+def read_tokenizer(path: str | Path) -> str:
+    """The tokenizer.json a --tokenizer PATH names, as text, checked to load. The scheduler
+    reads it and hands it to every worker, which may run on another host without the file."""
+    file = tokenizer_file(path)
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenizerError(f"cannot read the tokenizer at {file}: {e}") from None
+    TokenCounter(text, origin=str(file))
+    return text
 
-    def __init__(self, path: str | Path | None = None):
+
+class TokenCounter:
+    """Counts tokens of text with a tokenizer (a tokenizer.json's text), or estimates them."""
+
+    def __init__(self, tokenizer_json: str | None = None, origin: str = "given"):
         self._tokenizer: Any = None
-        if path is not None:
+        if tokenizer_json is not None:
             from tokenizers import Tokenizer  # only runs that ask for one pay for the import
 
-            file = tokenizer_file(path)
             try:
-                self._tokenizer = Tokenizer.from_file(str(file))
+                self._tokenizer = Tokenizer.from_str(tokenizer_json)
             except Exception as e:  # the library raises bare Exceptions for bad files
-                raise TokenizerError(f"cannot load the tokenizer at {file}: {e}") from None
+                raise TokenizerError(f"cannot load the tokenizer at {origin}: {e}") from None
 
     @property
     def source(self) -> str:
