@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-VERSION = b"dagperf/3"
+VERSION = b"dagperf/4"  # 4: the Welcome carries the tokenizer itself, not its path
 # The largest message each side accepts; libzmq drops a peer that sends more before a byte of it
 # is buffered, so no peer can make the other hold a huge frame. Credits carry whole prompts;
 # results are a few hundred bytes plus per-chunk timings.
