@@ -9,7 +9,7 @@ subresource. The Job and ReplicaSet controllers, the garbage collector and the A
 admission are the real ones; only the node is played.
 
 What a node would provide, stood in for locally:
-- each pod has its own loopback address (127.0.1.N) as podIP, and `0.0.0.0` in its command means
+- each pod has its own loopback address (127.X.Y.Z) as podIP, and `0.0.0.0` in its command means
   that address, so two pods can listen on one port as they can in a cluster;
 - a Service name (`svc.ns.svc[.cluster.local]`) in a command or environment value is the podIP of
   a running pod the Service selects (the pod waits in ContainerCreating until there is one); the
@@ -81,7 +81,10 @@ class Node:
         self.started: list[str] = []  # the name of every pod ever started here
         self.errors: list[str] = []  # API calls that failed, shown with the pods' output
         self.hosts = root / "hosts.json"  # Service names -> pod addresses, for outside processes
-        self._addresses = (f"127.0.1.{n}" for n in itertools.count(1))
+        # Pod addresses of this test session's own (127.0.0.0/8 is all loopback), so a suite
+        # running beside this one does not hand out the same ones.
+        network = 10 + os.getpid() % 240
+        self._addresses = (f"127.{network}.{n // 250}.{n % 250 + 1}" for n in itertools.count())
         self._loop: asyncio.Task | None = None
 
     def claim(self, name: str) -> Path:

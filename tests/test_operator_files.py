@@ -247,3 +247,45 @@ def test_everything_a_benchmark_launches_is_valid_kubernetes(version):
     assert all(objects)
     for document in objects:
         kubernetes_validate.validate(document, version, strict=True)
+
+
+# Every load option of the CLI, with a value unlike its default, as a Benchmark writes it.
+LOAD_SAMPLES = {
+    "concurrency": 3, "request_rate": 2.5, "fixed_schedule": False, "request_count": 70,
+    "num_conversations": 5, "benchmark_duration": 12.5, "benchmark_grace_period": 4.0,
+    "warmup_request_count": 2, "max_inflight": 9, "fail_fast": True, "random_seed": 42,
+}  # fmt: skip
+
+
+def test_every_load_option_goes_from_a_benchmark_to_the_scheduler_s_command_line():
+    """One options model: each LoadConfig field is a Benchmark field (by the CRD's name) and
+    reaches the scheduler pod as the flag the CLI parses back to the same value."""
+    from dagperf.cli import _model_from_flags, _parser
+    from dagperf.config import LoadConfig
+    from dagperf_operator.spec import LOAD_NAMES
+
+    assert set(LOAD_SAMPLES) == set(LoadConfig.model_fields), "a sample for every option"
+    crd = yaml.safe_load(crd_yaml())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    load = {}
+    for flag, value in LOAD_SAMPLES.items():
+        name = LOAD_NAMES.get(flag, flag)
+        camel = name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
+        assert camel in schema["properties"]["load"]["properties"], camel
+        load[camel] = value
+    spec = BenchmarkSpec.model_validate(
+        {"endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
+         "load": load}
+    )  # fmt: skip
+    command = manifests.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
+    parser = _parser()
+    args = parser.parse_args(command[1:])
+    assert _model_from_flags(parser, args, LoadConfig) == LoadConfig(**LOAD_SAMPLES)
+
+
+def test_load_rules_across_fields_are_the_cli_s():
+    with pytest.raises(ValueError, match="--fixed-schedule and --request-rate"):
+        BenchmarkSpec.model_validate(
+            {"endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
+             "load": {"fixedSchedule": True, "requestRate": 5.0}}
+        )  # fmt: skip

@@ -24,9 +24,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from dagperf.config import LoadConfig
 from dagperf.keys import SCHEDULER_FILES, WORKER_FILES
 from dagperf_operator.settings import OperatorSettings
-from dagperf_operator.spec import BenchmarkSpec
+from dagperf_operator.spec import BenchmarkSpec, load_config
 
 DATASET_DIR = "/dataset"
 RESULTS_DIR = "/results"
@@ -161,6 +162,21 @@ def _resources(spec_resources: Any, default: dict[str, Any]) -> dict[str, Any]:
     return dumped
 
 
+def load_flags(load: LoadConfig) -> list[str]:
+    """The flags that give the scheduler this load: one per option not at its default, named
+    as the CLI generates them from the same model."""
+    flags: list[str] = []
+    for name, value in load.model_dump().items():
+        if value is None or value == LoadConfig.model_fields[name].default:
+            continue
+        flag = name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            flags += [f"--{flag}", str(value)]
+    return flags
+
+
 def scheduler_command(
     name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings
 ) -> list[str]:
@@ -183,17 +199,7 @@ def scheduler_command(
         command.append("--streaming")
     if e.extra_inputs:
         command += ["--extra-inputs", json.dumps(e.extra_inputs, sort_keys=True)]
-    for flag, value in (
-        ("--concurrency", load.concurrency),
-        ("--request-count", load.request_count),
-        ("--num-conversations", load.num_conversations),
-        ("--request-rate", load.request_rate),
-        ("--max-inflight", load.max_inflight),
-        ("--benchmark-duration", load.duration_seconds),
-        ("--warmup-request-count", load.warmup_request_count or None),
-    ):
-        if value is not None:
-            command += [flag, str(value)]
+    command += load_flags(load_config(load))
     expected = spec.workers.replicas * spec.workers.processes_per_pod
     command += [
         "--keys",

@@ -7,9 +7,10 @@ declared as fully as the spec: the API server prunes status fields a schema does
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import copy
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic.alias_generators import to_camel
 
 from dagperf.config import LoadConfig
@@ -68,19 +69,33 @@ class Dataset(_Model):
     )
 
 
-def _as_flag(flag: str, **constraints: Any) -> Any:
-    """A field described as its `dagperf` flag is: one description for the CLI and the CRD."""
-    return Field(description=LoadConfig.model_fields[flag].description, **constraints)
+# A load option's name in a Benchmark, where it is not the flag's (kept from before the fields
+# were generated, so Benchmarks written then still apply).
+LOAD_NAMES = {"benchmark_duration": "duration_seconds"}
 
 
-class Load(_Model):
-    concurrency: int | None = _as_flag("concurrency", default=None, ge=1)
-    request_count: int | None = _as_flag("request_count", default=None, ge=1)
-    num_conversations: int | None = _as_flag("num_conversations", default=None, ge=1)
-    request_rate: float | None = _as_flag("request_rate", default=None, gt=0)
-    max_inflight: int | None = _as_flag("max_inflight", default=None, ge=1)
-    duration_seconds: float | None = _as_flag("benchmark_duration", default=None, gt=0)
-    warmup_request_count: int = _as_flag("warmup_request_count", default=0, ge=0)
+def _load_model() -> type[_Model]:
+    """`spec.load`: every field of the CLI's LoadConfig, with its type, default, bounds and
+    description, so an option added to the CLI is a Benchmark field too (and a pod flag: see
+    manifests.load_flags)."""
+    fields: dict[str, Any] = {
+        LOAD_NAMES.get(flag, flag): (info.annotation, copy.copy(info))
+        for flag, info in LoadConfig.model_fields.items()
+    }
+    return create_model("Load", __base__=_Model, __doc__=LoadConfig.__doc__, **fields)
+
+
+if TYPE_CHECKING:
+    Load = _Model
+else:
+    Load = _load_model()
+
+
+def load_config(load: Load) -> LoadConfig:
+    """A Benchmark's load as the dagperf command line will read it."""
+    return LoadConfig(
+        **{flag: getattr(load, LOAD_NAMES.get(flag, flag)) for flag in LoadConfig.model_fields}
+    )
 
 
 class Resources(_Model):
@@ -139,6 +154,15 @@ class BenchmarkSpec(_Model):
         default=False,
         description="True stops a running benchmark gracefully, keeping partial results.",
     )
+
+    @model_validator(mode="after")
+    def _load_as_the_cli_takes_it(self) -> BenchmarkSpec:
+        """Rules across load fields (e.g. a rate and a fixed schedule at once) are the CLI's."""
+        try:
+            load_config(self.load)
+        except ValidationError as e:
+            raise ValueError("load: " + e.errors(include_url=False)[0]["msg"]) from None
+        return self
 
 
 # --- status ----------------------------------------------------------------------------------
