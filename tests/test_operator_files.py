@@ -257,30 +257,74 @@ LOAD_SAMPLES = {
 }  # fmt: skip
 
 
-def test_every_load_option_goes_from_a_benchmark_to_the_scheduler_s_command_line():
-    """One options model: each LoadConfig field is a Benchmark field (by the CRD's name) and
-    reaches the scheduler pod as the flag the CLI parses back to the same value."""
-    from dagperf.cli import _model_from_flags, _parser
+HEALTH_SAMPLES = {
+    "arrival_slack_ms": 75.0, "early_tolerance_ms": 3.0, "rate_tolerance": 0.2,
+    "osl_tolerance_pct": 7.0, "osl_tolerance_max_tokens": 9,
+}  # fmt: skip
+
+
+def _camel(name: str) -> str:
+    return name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
+
+
+def test_every_load_and_health_option_goes_from_a_benchmark_to_the_scheduler_s_flags(tmp_path):
+    """One options model: each field of the CLI's LoadConfig and HealthOptions is a Benchmark
+    field (by the CRD's name), as are --goodput and --max-error-rate, and each reaches the
+    scheduler pod as the flag the CLI parses back to the same value."""
+    from dagperf.cli import _model_from_flags, _parser, _report_options
     from dagperf.config import LoadConfig
+    from dagperf.health import HealthOptions
     from dagperf_operator.spec import LOAD_NAMES
 
     assert set(LOAD_SAMPLES) == set(LoadConfig.model_fields), "a sample for every option"
+    assert set(HEALTH_SAMPLES) == set(HealthOptions.model_fields), "a sample for every option"
     crd = yaml.safe_load(crd_yaml())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    load = {}
-    for flag, value in LOAD_SAMPLES.items():
-        name = LOAD_NAMES.get(flag, flag)
-        camel = name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
-        assert camel in schema["properties"]["load"]["properties"], camel
-        load[camel] = value
-    spec = BenchmarkSpec.model_validate(
-        {"endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
-         "load": load}
-    )  # fmt: skip
+    load = {_camel(LOAD_NAMES.get(f, f)): v for f, v in LOAD_SAMPLES.items()}
+    health = {_camel(f): v for f, v in HEALTH_SAMPLES.items()}
+    assert set(load) <= set(schema["properties"]["load"]["properties"])
+    assert set(health) <= set(schema["properties"]["health"]["properties"])
+    goodput = {"time_to_first_token": 200.0, "output_token_throughput_per_user": 30.0}
+    spec = BenchmarkSpec.model_validate({
+        "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
+        "load": load, "health": health,
+        "verdict": {"maxErrorRate": 0.05, "goodput": goodput},
+    })  # fmt: skip
     command = manifests.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
     parser = _parser()
     args = parser.parse_args(command[1:])
     assert _model_from_flags(parser, args, LoadConfig) == LoadConfig(**LOAD_SAMPLES)
+    health_read = _model_from_flags(parser, args, HealthOptions, prefix="health_")
+    assert health_read == HealthOptions(**HEALTH_SAMPLES)
+    report = _report_options(parser, args, tmp_path)
+    assert (report["max_error_rate"], report["goodput"]) == (0.05, goodput)
+
+
+def test_a_benchmark_places_its_pods_where_it_says():
+    placement = {
+        "nodeSelector": {"gpu": "none", "pool": "bench"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "bench",
+                         "effect": "NoSchedule"}],
+    }  # fmt: skip
+    spec = BenchmarkSpec.model_validate({
+        "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
+        "workers": {"placement": placement},
+        "scheduler": {"placement": {"nodeSelector": {"a": "b"}}},
+    })  # fmt: skip
+    settings = OperatorSettings()
+    workers = manifests.worker_deployment("demo", "ns", spec, settings)["spec"]["template"]["spec"]
+    assert workers["nodeSelector"] == placement["nodeSelector"]
+    assert workers["tolerations"] == placement["tolerations"]
+    job = manifests.scheduler_job("demo", spec, "d.jsonl", settings)["spec"]["template"]["spec"]
+    assert job["nodeSelector"] == {"a": "b"} and "tolerations" not in job
+
+
+def test_goodput_names_only_metrics_an_objective_can_name():
+    with pytest.raises(ValueError, match="ttft is not a metric an objective can name"):
+        BenchmarkSpec.model_validate({
+            "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
+            "verdict": {"goodput": {"ttft": 200.0}},
+        })  # fmt: skip
 
 
 def test_load_rules_across_fields_are_the_cli_s():

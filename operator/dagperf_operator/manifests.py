@@ -24,10 +24,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dagperf.config import LoadConfig
+from pydantic import BaseModel
+
 from dagperf.keys import SCHEDULER_FILES, WORKER_FILES
 from dagperf_operator.settings import OperatorSettings
-from dagperf_operator.spec import BenchmarkSpec, load_config
+from dagperf_operator.spec import BenchmarkSpec, Placement, health_options, load_config
 
 DATASET_DIR = "/dataset"
 RESULTS_DIR = "/results"
@@ -162,14 +163,14 @@ def _resources(spec_resources: Any, default: dict[str, Any]) -> dict[str, Any]:
     return dumped
 
 
-def load_flags(load: LoadConfig) -> list[str]:
-    """The flags that give the scheduler this load: one per option not at its default, named
-    as the CLI generates them from the same model."""
+def model_flags(options: BaseModel, prefix: str = "") -> list[str]:
+    """The flags that give the scheduler these options (one of the CLI's flat models): one per
+    option not at its default, named as the CLI generates them from the same model."""
     flags: list[str] = []
-    for name, value in load.model_dump().items():
-        if value is None or value == LoadConfig.model_fields[name].default:
+    for name, value in options.model_dump().items():
+        if value is None or value == type(options).model_fields[name].default:
             continue
-        flag = name.replace("_", "-")
+        flag = prefix + name.replace("_", "-")
         if isinstance(value, bool):
             flags.append(f"--{flag}" if value else f"--no-{flag}")
         else:
@@ -199,7 +200,13 @@ def scheduler_command(
         command.append("--streaming")
     if e.extra_inputs:
         command += ["--extra-inputs", json.dumps(e.extra_inputs, sort_keys=True)]
-    command += load_flags(load_config(load))
+    command += model_flags(load_config(load))
+    command += model_flags(health_options(spec.health), prefix="health-")
+    verdict = spec.verdict
+    if verdict.max_error_rate < 1:
+        command += ["--max-error-rate", str(verdict.max_error_rate)]
+    if verdict.goodput:
+        command += ["--goodput", " ".join(f"{m}:{v}" for m, v in sorted(verdict.goodput.items()))]
     expected = spec.workers.replicas * spec.workers.processes_per_pod
     command += [
         "--keys",
@@ -273,6 +280,7 @@ def scheduler_job(
             "template": {
                 "metadata": {"labels": labels(name, "scheduler")},
                 "spec": {
+                    **_placement(spec.scheduler.placement),
                     "restartPolicy": "Never",
                     "securityContext": _pod_security(settings),
                     "automountServiceAccountToken": False,  # they never call the API
@@ -354,6 +362,7 @@ def worker_deployment(
             "template": {
                 "metadata": {"labels": labels(name, "worker")},
                 "spec": {
+                    **_placement(spec.workers.placement),
                     "securityContext": _pod_security(settings),
                     "automountServiceAccountToken": False,  # they never call the API
                     "containers": [container],
@@ -366,6 +375,17 @@ def worker_deployment(
             },
         },
     }
+
+
+def _placement(placement: Placement) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if placement.node_selector:
+        out["nodeSelector"] = dict(placement.node_selector)
+    if placement.tolerations:
+        out["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in placement.tolerations
+        ]
+    return out
 
 
 def results_claim_name(name: str, spec: BenchmarkSpec) -> str | None:

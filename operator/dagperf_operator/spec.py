@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.alias_generators import to_camel
 
 from dagperf.config import LoadConfig
+from dagperf.health.report import HealthOptions
+from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")
@@ -74,21 +76,75 @@ class Dataset(_Model):
 LOAD_NAMES = {"benchmark_duration": "duration_seconds"}
 
 
-def _load_model() -> type[_Model]:
-    """`spec.load`: every field of the CLI's LoadConfig, with its type, default, bounds and
-    description, so an option added to the CLI is a Benchmark field too (and a pod flag: see
-    manifests.load_flags)."""
+def _generated(model: type[BaseModel], names: dict[str, str] | None = None) -> type[_Model]:
+    """A spec section with every field of one of the CLI's models, with its type, default,
+    bounds and description, so an option added to the CLI is a Benchmark field too (and a pod
+    flag: see manifests.model_flags)."""
     fields: dict[str, Any] = {
-        LOAD_NAMES.get(flag, flag): (info.annotation, copy.copy(info))
-        for flag, info in LoadConfig.model_fields.items()
+        (names or {}).get(flag, flag): (info.annotation, copy.copy(info))
+        for flag, info in model.model_fields.items()
     }
-    return create_model("Load", __base__=_Model, __doc__=LoadConfig.__doc__, **fields)
+    return create_model(model.__name__, __base__=_Model, __doc__=model.__doc__, **fields)
 
 
 if TYPE_CHECKING:
     Load = _Model
+    Health = _Model
 else:
-    Load = _load_model()
+    Load = _generated(LoadConfig, LOAD_NAMES)
+    Health = _generated(HealthOptions)
+
+
+def health_options(health: Health) -> HealthOptions:
+    return HealthOptions(**{flag: getattr(health, flag) for flag in HealthOptions.model_fields})
+
+
+class Verdict(_Model):
+    """When the run counts as failed, and which requests count as good."""
+
+    max_error_rate: float = Field(
+        default=1.0, ge=0, le=1, description="Fail the run when more than this share of its "
+        "requests failed (--max-error-rate); it fails anyway when every request did.",
+    )  # fmt: skip
+    goodput: dict[str, float] = Field(
+        default_factory=dict,
+        description="Objectives a good request meets, metric: value in ms (a floor for "
+        "output_token_throughput_per_user), as --goodput takes them.",
+    )
+
+    @model_validator(mode="after")
+    def _known_metrics(self) -> Verdict:
+        unknown = sorted(set(self.goodput) - set(OBJECTIVE_IS_CEILING))
+        if unknown:
+            known = ", ".join(OBJECTIVE_IS_CEILING)
+            raise ValueError(f"goodput: {', '.join(unknown)} is not a metric an objective can "
+                             f"name ({known})")  # fmt: skip
+        return self
+
+
+class Toleration(_Model):
+    """A taint the pods tolerate, as in a pod spec."""
+
+    key: str | None = Field(default=None, description="The taint's key; none: every key.")
+    operator: Literal["Equal", "Exists"] = Field(default="Equal", description="How to match.")
+    value: str | None = Field(default=None, description="The value, for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The effect to tolerate; none: every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, ge=0, description="For NoExecute: how long the pods stay once tainted."
+    )
+
+
+class Placement(_Model):
+    """Where a role's pods may run, as a pod spec says it."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the pods require."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Taints the pods tolerate."
+    )
 
 
 def load_config(load: Load) -> LoadConfig:
@@ -107,6 +163,7 @@ class Resources(_Model):
 
 class Workers(_Model):
     replicas: int = Field(default=1, ge=1, description="Worker pods.")
+    placement: Placement = Field(default_factory=Placement, description="Where they run.")
     processes_per_pod: int = Field(default=1, ge=1, description="Worker processes in each pod.")
     resources: Resources | None = Field(
         default=None, description="Per pod (default: the operator's)."
@@ -115,6 +172,7 @@ class Workers(_Model):
 
 class Scheduler(_Model):
     resources: Resources | None = Field(default=None, description="Default: the operator's.")
+    placement: Placement = Field(default_factory=Placement, description="Where it runs.")
 
 
 class PersistentVolumeClaim(_Model):
@@ -143,6 +201,10 @@ class BenchmarkSpec(_Model):
     endpoint: Endpoint = Field(description="The server under test.")
     dataset: Dataset = Field(description="The conversations to send.")
     load: Load = Field(default_factory=Load, description="Load shape and stop conditions.")
+    verdict: Verdict = Field(default_factory=Verdict, description="What counts as failure.")
+    health: Health = Field(
+        default_factory=Health, description="Tolerances of the health checks after the run."
+    )
     workers: Workers = Field(default_factory=Workers, description="The worker pods.")
     scheduler: Scheduler = Field(default_factory=Scheduler, description="The scheduler pod.")
     results: Results = Field(default_factory=Results, description="Where results are kept.")
