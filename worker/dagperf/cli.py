@@ -653,7 +653,7 @@ def _report(outcome: Any, console: Any, artifact_dir: Path, health: HealthOption
 def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from dagperf.console import Console
     from dagperf.profile import default_model, run_sync
-    from dagperf.scheduler import Artifacts, Scheduler
+    from dagperf.scheduler import Artifacts, Scheduler, SchedulerOptions
 
     setup_logging(args.log_format, getattr(logging, args.log_level))
     keys = _role_keys(parser, args, load_scheduler_keys)
@@ -680,13 +680,15 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             endpoint,
             load,
             Artifacts(artifact_dir, input_config),
-            keys=keys,
-            bind=args.bind,
-            expected_workers=args.workers_expected,
-            worker_timeout_s=args.worker_timeout,
-            registration_timeout_s=args.registration_timeout,
+            SchedulerOptions(
+                keys=keys,
+                bind=args.bind,
+                expected_workers=args.workers_expected,
+                worker_timeout_s=args.worker_timeout,
+                registration_timeout_s=args.registration_timeout,
+                **options,
+            ),
             on_progress=console.progress,
-            **options,
         )
         loop = asyncio.get_running_loop()
         for sig in (2, 15):  # SIGINT, SIGTERM: stop gracefully, keep what was measured

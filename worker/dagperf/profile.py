@@ -32,7 +32,7 @@ from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.console import Console
 from dagperf.graph import RequestGraph
 from dagperf.keys import WORKER_FILES, KeySet, load_scheduler_keys
-from dagperf.scheduler import Artifacts, Outcome, Scheduler, SchedulerError
+from dagperf.scheduler import Artifacts, Outcome, Scheduler, SchedulerError, SchedulerOptions
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +86,14 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
             endpoint,
             plan.load,
             artifacts,
-            keys=scheduler_keys,
-            bind=f"ipc://{socket_dir}/scheduler",
-            expected_workers=plan.workers,
-            registration_timeout_s=STARTUP_TIMEOUT_S,
+            SchedulerOptions(
+                keys=scheduler_keys,
+                bind=f"ipc://{socket_dir}/scheduler",
+                expected_workers=plan.workers,
+                registration_timeout_s=STARTUP_TIMEOUT_S,
+                **plan.scheduler_options,
+            ),
             on_progress=console.progress,
-            **plan.scheduler_options,
         )
         env = dict(os.environ)
         if endpoint.api_key is not None:

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,45 +34,20 @@ from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.contract import FinalReport, RunState, StatusReport, Workers
 from dagperf.endpoints import request_params
 from dagperf.engine import Dispatcher, Flight, Phase, Progress, armed_under
-from dagperf.exports.inputs import write_inputs
-from dagperf.exports.records import RecordWriter, record
-from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
+from dagperf.exports.run import Artifacts, RunOutput
 from dagperf.graph import Payload, RequestGraph
 from dagperf.keys import Gate, SchedulerKeys, secure_server
-from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
-from dagperf.metrics.summary import PhaseSummary
 from dagperf.status import StatusServer, metrics_summary
 from dagperf.verdict import rejection
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Artifacts", "Outcome", "Scheduler", "SchedulerError", "SchedulerOptions"]
+
 
 class SchedulerError(Exception):
     """The run could not start or could not go on; the message says why."""
-
-
-@dataclass
-class Artifacts:
-    directory: Path
-    input_config: dict[str, Any]
-    run_info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def records(self) -> Path:
-        return self.directory / "profile_export.jsonl"
-
-    @property
-    def summary_json(self) -> Path:
-        return self.directory / "profile_export_aiperf.json"
-
-    @property
-    def summary_csv(self) -> Path:
-        return self.directory / "profile_export_aiperf.csv"
-
-    @property
-    def inputs(self) -> Path:
-        return self.directory / "inputs.json"
 
 
 @dataclass
@@ -101,6 +76,27 @@ class _Peer:
     last_seen: float
 
 
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """How a scheduler listens, waits for workers, reports and judges its run."""
+
+    keys: SchedulerKeys
+    bind: str  # the ZeroMQ address workers connect to
+    expected_workers: int
+    heartbeat_s: float = 1.0
+    worker_timeout_s: float = 10.0  # a worker silent this long is lost
+    registration_timeout_s: float = 60.0
+    cancel_timeout_s: float = 10.0  # for results of cancelled requests to come back
+    goodput: dict[str, float] | None = None
+    tokenizer_json: str | None = None  # sent to every worker
+    benchmark: str = "dagperf"  # the name in metrics and reports
+    metrics_port: int | None = None  # /metrics and /status; None: not served
+    metrics_host: str = "0.0.0.0"
+    metrics_linger_s: float = 0.0  # keep serving this long after the end, for a last scrape
+    summary_file: Path | None = None  # the final report, for the operator
+    max_error_rate: float = 1.0
+
+
 class Scheduler:
     def __init__(
         self,
@@ -108,45 +104,32 @@ class Scheduler:
         endpoint: EndpointConfig,
         load: LoadConfig,
         artifacts: Artifacts,
-        *,
-        keys: SchedulerKeys,
-        bind: str,
-        expected_workers: int,
-        heartbeat_s: float = 1.0,
-        worker_timeout_s: float = 10.0,
-        registration_timeout_s: float = 60.0,
-        cancel_timeout_s: float = 10.0,
+        options: SchedulerOptions,
         on_progress: Callable[[Progress], None] | None = None,
-        goodput: dict[str, float] | None = None,
-        tokenizer_json: str | None = None,
-        benchmark: str = "dagperf",
-        metrics_port: int | None = None,
-        metrics_host: str = "0.0.0.0",
-        metrics_linger_s: float = 0.0,
-        summary_file: Path | None = None,
-        max_error_rate: float = 1.0,
     ):
+        o = options
         self.graph = graph
         self.endpoint = endpoint
-        self.keys = keys
         self.artifacts = artifacts
-        self.bind = bind
-        self.expected_workers = expected_workers
-        self.heartbeat_s = heartbeat_s
-        self.worker_timeout_s = worker_timeout_s
-        self.registration_timeout_s = registration_timeout_s
-        self.cancel_timeout_s = cancel_timeout_s
+        self.options = options
+        self.keys = o.keys
+        self.bind = o.bind
+        self.expected_workers = o.expected_workers
+        self.heartbeat_s = o.heartbeat_s
+        self.worker_timeout_s = o.worker_timeout_s
+        self.registration_timeout_s = o.registration_timeout_s
+        self.cancel_timeout_s = o.cancel_timeout_s
         self.on_progress = on_progress
         self.dispatcher = Dispatcher(graph, load, time.monotonic)
-        self.summary = PhaseSummary(goodput)
-        self.dag_report = DagReport()
-        self.benchmark = benchmark
-        self.live = LiveMetrics(benchmark) if metrics_port is not None else None
-        self.metrics_port = metrics_port
-        self.metrics_host = metrics_host
-        self.metrics_linger_s = metrics_linger_s
-        self.summary_file = summary_file
-        self.max_error_rate = max_error_rate
+        self.benchmark = o.benchmark
+        self.live = LiveMetrics(o.benchmark) if o.metrics_port is not None else None
+        self.output = RunOutput(artifacts, o.goodput, self.live)
+        self.summary = self.output.summary
+        self.metrics_port = o.metrics_port
+        self.metrics_host = o.metrics_host
+        self.metrics_linger_s = o.metrics_linger_s
+        self.summary_file = o.summary_file
+        self.max_error_rate = o.max_error_rate
         self.status_server: StatusServer | None = None
         self._state = RunState.WAITING
         self.endpoint_url: str | None = None  # the address really bound, once listening
@@ -158,7 +141,7 @@ class Scheduler:
             endpoint.streaming,
             endpoint.request_timeout_seconds,
             endpoint.session_affinity_header,
-            tokenizer_json,
+            o.tokenizer_json,
         )
         self._interrupted = False
         self._stop_requested = False
@@ -176,9 +159,7 @@ class Scheduler:
     async def run(self) -> Outcome:
         loop = asyncio.get_running_loop()
         try:
-            self.artifacts.directory.mkdir(parents=True, exist_ok=True)
-            write_inputs(self.artifacts.inputs, self.graph, self.endpoint)
-            self._records = RecordWriter(self.artifacts.records)
+            self.output.open(self.graph, self.endpoint)
         except OSError as e:
             where = e.filename or self.artifacts.directory
             raise SchedulerError(f"cannot write {where}: {e.strerror or e}") from None
@@ -223,7 +204,7 @@ class Scheduler:
             for handle in (self._watchdog, self._timer, self._cancel_deadline):
                 if handle is not None:
                     handle.cancel()
-            self._records.close()
+            self.output.close()
             self._channel.close()
             gate.close()
         outcome = self._write_summary()
@@ -350,12 +331,8 @@ class Scheduler:
     def _record(self, flight: Flight, result: protocol.Result) -> None:
         issued = self._issued.pop(flight.credit, 0)
         if flight.phase is Phase.PROFILING:
-            self.summary.add(result)
-            self.dag_report.add(flight, result)
-            if self.live is not None:
-                self.live.observe(flight, result)
             params = self._params_of(flight.run.tree.nodes[flight.node].payload)
-            self._records.write(record(flight, result, issued, params))
+            self.output.add(flight, result, issued, params)
 
     # --- workers ----------------------------------------------------------------------------
 
@@ -372,20 +349,16 @@ class Scheduler:
             self.on_progress(self.dispatcher.progress())
         if self.live is not None:
             self._update_live()
-        self._records.flush()
+        self.output.flush()
         self._check_writes()
         self._watchdog = asyncio.get_running_loop().call_later(self.heartbeat_s, self._watch)
 
     def _check_writes(self) -> None:
         """A record that cannot be written ends the run: measuring on would measure for nothing."""
-        failure = self._write_error()
+        failure = self.output.write_error()
         if failure is not None and self.dispatcher.failure is None:
             self.dispatcher.fail(failure)
             self._flush()
-
-    def _write_error(self) -> str | None:
-        error = self._records.error
-        return None if error is None else f"cannot write {self._records.path}: {error.strerror}"
 
     def _update_live(self) -> None:
         assert self.live is not None
@@ -540,24 +513,12 @@ class Scheduler:
 
     def _write_summary(self) -> Outcome:
         d = self.dispatcher
-        extra = {"dag_report": self.dag_report.report()}
-        document = (
-            summary_document(
-                self.summary,
-                d.branch_stats.as_dict(),
-                self.artifacts.input_config,
-                self.artifacts.run_info,
-                complete=d.finished and d.failure is None and not self._cut_short,
-                cancelled=self._cut_short or d.failure is not None,
-            )
-            | extra
+        document, write_failure = self.output.write_summary(
+            d.branch_stats.as_dict(),
+            complete=d.finished and d.failure is None and not self._cut_short,
+            cancelled=self._cut_short or d.failure is not None,
         )
-        failure = d.failure or self._write_error()
-        try:
-            write_summary_json(self.artifacts.summary_json, document)
-            write_summary_csv(self.artifacts.summary_csv, self.summary)
-        except OSError as e:
-            failure = failure or f"cannot write the summary in {self.artifacts.directory}: {e}"
+        failure = d.failure or write_failure
         outcome = Outcome(
             document, failure, d.closed_reason, self._interrupted, self._stop_requested
         )

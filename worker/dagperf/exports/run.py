@@ -1,0 +1,107 @@
+"""What a run leaves behind, as results arrive and at its end: the request records, the phase
+summary and DAG report they feed (and the live metrics, when served), and the summary files.
+The scheduler decides; this writes what it measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dagperf import protocol
+from dagperf.config import EndpointConfig
+from dagperf.engine import Flight
+from dagperf.exports.inputs import write_inputs
+from dagperf.exports.records import RecordWriter, record
+from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
+from dagperf.graph import RequestGraph
+from dagperf.metrics.dag_report import DagReport
+from dagperf.metrics.live import LiveMetrics
+from dagperf.metrics.summary import PhaseSummary
+
+
+@dataclass
+class Artifacts:
+    directory: Path
+    input_config: dict[str, Any]
+    run_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def records(self) -> Path:
+        return self.directory / "profile_export.jsonl"
+
+    @property
+    def summary_json(self) -> Path:
+        return self.directory / "profile_export_aiperf.json"
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.directory / "profile_export_aiperf.csv"
+
+    @property
+    def inputs(self) -> Path:
+        return self.directory / "inputs.json"
+
+
+class RunOutput:
+    def __init__(
+        self, artifacts: Artifacts, goodput: dict[str, float] | None, live: LiveMetrics | None
+    ):
+        self.artifacts = artifacts
+        self.summary = PhaseSummary(goodput)
+        self.dag_report = DagReport()
+        self.live = live
+        self._records: RecordWriter | None = None
+
+    def open(self, graph: RequestGraph, endpoint: EndpointConfig) -> None:
+        """The directory, the inputs file and the records file; raises OSError."""
+        self.artifacts.directory.mkdir(parents=True, exist_ok=True)
+        write_inputs(self.artifacts.inputs, graph, endpoint)
+        self._records = RecordWriter(self.artifacts.records)
+
+    def add(
+        self, flight: Flight, result: protocol.Result, issued: int, params: dict[str, Any]
+    ) -> None:
+        """A measured result: its record line, and its share of every summary."""
+        assert self._records is not None
+        self.summary.add(result)
+        self.dag_report.add(flight, result)
+        if self.live is not None:
+            self.live.observe(flight, result)
+        self._records.write(record(flight, result, issued, params))
+
+    def flush(self) -> None:
+        if self._records is not None:
+            self._records.flush()
+
+    def close(self) -> None:
+        if self._records is not None:
+            self._records.close()
+
+    def write_error(self) -> str | None:
+        """Why records could not be written, once they could not."""
+        if self._records is None or self._records.error is None:
+            return None
+        return f"cannot write {self._records.path}: {self._records.error.strerror}"
+
+    def write_summary(
+        self, branch_stats: dict[str, int], complete: bool, cancelled: bool
+    ) -> tuple[dict[str, Any], str | None]:
+        """The summary document, written as JSON and CSV; and why the run's output is not
+        whole, if it is not."""
+        document = summary_document(
+            self.summary,
+            branch_stats,
+            self.artifacts.input_config,
+            self.artifacts.run_info,
+            complete=complete,
+            cancelled=cancelled,
+        ) | {"dag_report": self.dag_report.report()}
+        failure = self.write_error()
+        try:
+            write_summary_json(self.artifacts.summary_json, document)
+            write_summary_csv(self.artifacts.summary_csv, self.summary)
+        except OSError as e:
+            failure = failure or f"cannot write the summary in {self.artifacts.directory}: {e}"
+        return document, failure
