@@ -57,6 +57,28 @@ def test_imports_keep_the_layers():
     assert "0 broken" in checked.stdout
 
 
+# Classes still over the size limit, each to be split (issue: the structure step); none may grow.
+OVERSIZE_CLASSES = {"Scheduler": 444, "Dispatcher": 489}
+
+
+def test_no_function_needs_a_scroll_bar():
+    """At most 80 lines a function and 300 a class in worker/ and operator/, but for the
+    classes listed above, which may only shrink."""
+    import ast
+
+    too_long = []
+    for path in [*(ROOT / "worker").rglob("*.py"), *(ROOT / "operator").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            lines = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and lines > 80:
+                too_long.append(f"{path.name}: {node.name}() has {lines} lines")
+            if isinstance(node, ast.ClassDef):
+                limit = OVERSIZE_CLASSES.get(node.name, 300)
+                if lines > limit:
+                    too_long.append(f"{path.name}: class {node.name} has {lines} lines")
+    assert too_long == []
+
+
 def test_a_worker_starts_without_the_server_side_libraries():
     """Every worker process reads the whole command line; launch time is the imports. The
     simulator's aiohttp and the health check's numpy load only where they are used."""

@@ -155,6 +155,11 @@ def create(
             )
             return
         raise kopf.TemporaryError(f"the API said {e.status} {e.reason}", delay=5) from None
+    patch.status.update(_launched(name, parsed, conditions))
+
+
+def _launched(name: str, spec: BenchmarkSpec, conditions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The status of a Benchmark whose pods were just created."""
     conditions = st.set_condition(
         conditions,
         Condition.RESOURCES_CREATED,
@@ -165,19 +170,17 @@ def create(
     conditions = st.set_condition(
         conditions, Condition.WORKERS_READY, False, "Waiting", "waiting for worker pods to register"
     )
-    expected = parsed.workers.replicas * parsed.workers.processes_per_pod
-    claim = manifests.results_claim_name(name, parsed)
-    patch.status.update(
-        {
-            "phase": Phase.PENDING,
-            "message": "launched; waiting for the scheduler and workers",
-            "conditions": conditions,
-            "startTime": st.now(),
-            "workers": {"desired": expected, "registered": 0},
-            "progress": {"requestsCompleted": 0, "errors": 0, "display": "0"},
-            "resultsPath": f"{claim}:{manifests.RESULTS_DIR}/{name}" if claim else None,
-        }
-    )
+    expected = spec.workers.replicas * spec.workers.processes_per_pod
+    claim = manifests.results_claim_name(name, spec)
+    return {
+        "phase": Phase.PENDING,
+        "message": "launched; waiting for the scheduler and workers",
+        "conditions": conditions,
+        "startTime": st.now(),
+        "workers": {"desired": expected, "registered": 0},
+        "progress": {"requestsCompleted": 0, "errors": 0, "display": "0"},
+        "resultsPath": f"{claim}:{manifests.RESULTS_DIR}/{name}" if claim else None,
+    }
 
 
 def _check_dataset(

@@ -18,7 +18,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ValidationError
 
@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # add_subparsers'
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dagperf",
@@ -62,7 +65,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dagperf {__version__}")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    _add_profile(commands)
+    _add_scheduler(commands)
+    _add_worker(commands)
+    _add_validate(commands)
+    _add_health(commands)
+    _add_keys(commands)
+    _add_simulate(commands)
+    return parser
 
+
+def _add_profile(commands: Commands) -> None:
     profile = commands.add_parser(
         "profile",
         help="run a benchmark locally (scheduler and workers on this machine)",
@@ -87,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_flags(profile, SimConfig, "built-in simulator (used without --url)", prefix="sim-")
     profile.set_defaults(run=_profile)
 
+
+def _add_scheduler(commands: Commands) -> None:
     scheduler = commands.add_parser(
         "scheduler",
         help="run the scheduler role (workers connect to it)",
@@ -124,6 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     _report_flags(scheduler, metrics_port=9090)
     scheduler.set_defaults(run=_scheduler)
 
+
+def _add_worker(commands: Commands) -> None:
     worker = commands.add_parser(
         "worker",
         help="run the worker role (connects to a scheduler)",
@@ -154,6 +171,8 @@ def _parser() -> argparse.ArgumentParser:
     _log_flags(worker)
     worker.set_defaults(run=_worker)
 
+
+def _add_validate(commands: Commands) -> None:
     validate = commands.add_parser(
         "validate",
         help="check a dataset file and summarize it",
@@ -173,6 +192,8 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--json", action="store_true", help="print the summary as JSON")
     validate.set_defaults(run=_validate)
 
+
+def _add_health(commands: Commands) -> None:
     health = commands.add_parser(
         "health",
         help="check a finished run's artifacts",
@@ -186,6 +207,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_flags(health, HealthOptions, "tolerances")
     health.set_defaults(run=_health)
 
+
+def _add_keys(commands: Commands) -> None:
     keys = commands.add_parser(
         "keys",
         help="make a key set for the scheduler and worker roles",
@@ -198,6 +221,8 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("--force", action="store_true", help="replace a key set already there")
     keys.set_defaults(run=_keys)
 
+
+def _add_simulate(commands: Commands) -> None:
     simulate = commands.add_parser(
         "simulate",
         help="serve the built-in simulated LLM",
@@ -212,7 +237,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_model_flags(simulate, SimConfig, "simulator")
     simulate.set_defaults(run=_simulate)
-    return parser
 
 
 # --- flag groups -----------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from dagperf.channel import Channel, receive
 from dagperf.client import Exchange, exchange
 from dagperf.config import ENDPOINT_PATHS
 from dagperf.endpoints import prompt_text, request_body
+from dagperf.histories import Histories
 from dagperf.http1 import Pool
 from dagperf.keys import WorkerKeys, secure_client
 from dagperf.metrics.record import error_metrics, request_metrics
@@ -84,8 +85,7 @@ class Worker:
         scheduler_timeout = config.scheduler_timeout
         self.scheduler_timeout = scheduler_timeout
         self.incarnation = secrets.token_hex(8)
-        # run -> node -> [messages, uses left]
-        self._histories: dict[int, dict[int, list[Any]]] = {}
+        self._histories = Histories()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._after: dict[int, list[protocol.Credit]] = {}  # credit -> armed credits it starts
         self._armed: set[int] = set()  # armed credits not yet started, nor disarmed
@@ -189,7 +189,7 @@ class Worker:
             self._armed.difference_update(message.credits)
         elif isinstance(message, protocol.Forget):
             for run in message.runs:
-                self._histories.pop(run, None)
+                self._histories.forget(run)
         elif isinstance(message, protocol.Shutdown):
             log.info("scheduler says: %s", message.reason)
             self._stop.set()
@@ -297,7 +297,7 @@ class Worker:
             return
         if credit.keep:
             context = [*messages, ex.reply.message()] if credit.keep_reply else messages
-            self._histories.setdefault(credit.run, {})[credit.node] = [context, credit.keep]
+            self._histories.keep(credit.run, credit.node, context, credit.keep)
         started = self._start_armed(credit)
         metrics, source = request_metrics(ex, prompt_text(messages), self._counter)
         self._finish(credit, ex, metrics, None, token_source=source, started=started)
@@ -306,14 +306,10 @@ class Worker:
         """History followed by this turn's messages; None when the history is not here."""
         if credit.history < 0:
             return list(credit.messages)
-        held = self._histories.get(credit.run, {})
-        entry = held.get(credit.history)
-        if entry is None:
+        history = self._histories.read(credit.run, credit.history)
+        if history is None:
             return None
-        entry[1] -= 1
-        if not entry[1]:
-            del held[credit.history]
-        return [*entry[0], *credit.messages]
+        return [*history, *credit.messages]
 
     def _finish(
         self,
