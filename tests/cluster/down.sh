@@ -6,17 +6,23 @@ set -uo pipefail
 DIR="${DAGPERF_CLUSTER_DIR:-${TMPDIR:-/tmp}/dagperf-cluster}"
 [ -d "$DIR" ] || exit 0
 
+alive() { # a process that has exited is gone, even while its parent has not reaped it
+  local state
+  state="$(sed 's/.*) //' "/proc/$1/stat" 2> /dev/null | cut -d' ' -f1)"
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 for name in kube-controller-manager kube-apiserver etcd; do
   pidfile="$DIR/$name.pid"
   [ -f "$pidfile" ] || continue
   pid="$(cat "$pidfile")"
-  if kill -0 "$pid" 2> /dev/null; then
+  if alive "$pid"; then
     kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null
     for _ in $(seq 1 100); do
-      kill -0 "$pid" 2> /dev/null || break
+      alive "$pid" || break
       sleep 0.1
     done
-    kill -KILL -- "-$pid" 2> /dev/null || kill -KILL "$pid" 2> /dev/null
+    alive "$pid" && { kill -KILL -- "-$pid" 2> /dev/null || kill -KILL "$pid" 2> /dev/null; }
   fi
   rm -f "$pidfile"
 done

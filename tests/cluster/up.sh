@@ -83,12 +83,13 @@ start() { # start NAME COMMAND...: in the background, in a process group of its 
 }
 
 wait_ready() { # wait_ready NAME URL CERT
-  local i
-  for i in $(seq 1 600); do
+  local state
+  for _ in $(seq 1 600); do
     if curl -sf --cacert pki/ca.crt --cert "pki/$3.crt" --key "pki/$3.key" "$2" > /dev/null; then
       return 0
     fi
-    if ! kill -0 "$(cat "$1.pid")" 2> /dev/null; then
+    state="$(sed 's/.*) //' "/proc/$(cat "$1.pid")/stat" 2> /dev/null | cut -d' ' -f1)"
+    if [ -z "$state" ] || [ "$state" = Z ]; then  # exited (a zombie until this shell waits)
       echo "up.sh: $1 exited; the end of $DIR/$1.log:" >&2
       tail -20 "$1.log" >&2
       exit 1
