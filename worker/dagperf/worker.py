@@ -5,19 +5,17 @@ local name), says Hello until the scheduler Welcomes it with the endpoint settin
 credits as they come, each as its own task, and streams results back in batches. The API key is
 read from this process's environment, never from the scheduler.
 
-Histories live here: when a credit says `keep`, the request's full context (history, its own
-messages and the captured reply) is kept for that many later requests of the same tree run,
-which the scheduler routes to this worker because they share its routing key. A history is
-dropped after its last use, or when the scheduler says the run is over.
+Histories live here (`dagperf.histories`): when a credit says `keep`, the request's full context
+(history, its own messages and the captured reply) is kept for that many later requests of the
+same tree run, which the scheduler routes to this worker because they share its routing key.
 
-A credit may carry armed credits (`then`, flat, each naming the credit it follows): requests
-that continue its history and need nothing else. They start here the moment that one succeeds,
-before its result is even sent, so a FORK child or a next turn follows its parent without a round
-trip; the result names the ones started. A
-Disarm takes back armed credits not yet started (the run stopped); one already started runs on.
-Results are held back until the armed requests started before them are on the wire: sending a
-batch wakes the scheduler, and on a small machine that costs the children's first bytes more
-than the wait costs the results (a four-child fan-out's last child went out ~1 ms later).
+A credit may carry armed credits (`dagperf.armed`): requests that continue its history and need
+nothing else. They start here the moment that one succeeds, before its result is even sent, so a
+FORK child or a next turn follows its parent without a round trip; the result names the ones
+started. Results are held back until the armed requests started before them are on the wire:
+sending a batch wakes the scheduler, and on a small machine that costs the children's first bytes
+more than the wait costs the results (a four-child fan-out's last child went out ~1 ms later).
+This module is the shell around those two: sockets, the HTTP pool, tasks and timers.
 
 If the scheduler stays silent for `scheduler_timeout` seconds, the worker drops everything and
 says Hello again, so a worker pod outlives a scheduler restart. Heartbeats go from a thread on a
@@ -48,6 +46,7 @@ import msgspec
 import zmq
 
 from dagperf import lifeline, loops, protocol
+from dagperf.armed import ArmedCredits
 from dagperf.channel import Channel, receive
 from dagperf.client import Exchange, exchange
 from dagperf.config import ENDPOINT_PATHS
@@ -87,11 +86,7 @@ class Worker:
         self.incarnation = secrets.token_hex(8)
         self._histories = Histories()
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._after: dict[int, list[protocol.Credit]] = {}  # credit -> armed credits it starts
-        self._armed: set[int] = set()  # armed credits not yet started, nor disarmed
-        self._unsent: set[int] = set()  # armed credits started whose request is not out yet
-        self._awaited: set[int] = set()  # of those, the ones the next batch of results waits for
-        self._outbox: list[protocol.Result] = []
+        self._armed = ArmedCredits()
         self._settings: protocol.WorkerSettings | None = None
         self._pool: Pool | None = None
         self._heard = 0.0
@@ -153,12 +148,8 @@ class Worker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
-        self._after.clear()
         self._armed.clear()
-        self._unsent.clear()
-        self._awaited.clear()
         self._histories.clear()
-        self._outbox.clear()
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -186,7 +177,7 @@ class Worker:
                 if task is not None:
                     task.cancel()
         elif isinstance(message, protocol.Disarm):
-            self._armed.difference_update(message.credits)
+            self._armed.disarm(message.credits)
         elif isinstance(message, protocol.Forget):
             for run in message.runs:
                 self._histories.forget(run)
@@ -225,43 +216,24 @@ class Worker:
     # --- requests ---------------------------------------------------------------------------
 
     def _start(self, credit: protocol.Credit) -> asyncio.Task[None]:
-        for armed in credit.then:
-            self._after.setdefault(armed.after, []).append(armed)
-        self._armed.update(armed.id for armed in self._after.get(credit.id, ()))
+        self._armed.receive(credit)
         task = self._tasks[credit.id] = asyncio.ensure_future(self._serve(credit))
         return task
 
     def _start_armed(self, credit: protocol.Credit) -> tuple[int, ...]:
         """After `credit` succeeded: start its armed credits that were not disarmed."""
-        started: list[int] = []
-        for armed in self._after.pop(credit.id, ()):
-            if armed.id in self._armed:
-                self._armed.discard(armed.id)
-                self._unsent.add(armed.id)
-                task = self._start(armed)
-                # However it ends (even cancelled before it ran), it no longer holds results.
-                task.add_done_callback(functools.partial(self._written, armed.id))
-                started.append(armed.id)
-            else:
-                self._drop_armed(armed.id)
-        return tuple(started)
-
-    def _drop_armed(self, credit: int) -> None:
-        """Forget the credits armed under one that will never start them, down the chain."""
-        stack = [credit]
-        while stack:
-            for armed in self._after.pop(stack.pop(), ()):
-                self._armed.discard(armed.id)
-                stack.append(armed.id)
+        started = self._armed.succeeded(credit.id)
+        for armed in started:
+            task = self._start(armed)
+            # However it ends (even cancelled before it ran), it no longer holds results.
+            task.add_done_callback(functools.partial(self._written, armed.id))
+        return tuple(armed.id for armed in started)
 
     def _written(self, credit: int, _task: object = None) -> None:
         """An armed request is on the wire (or ended without getting there); again is harmless.
         Also a done callback of its task (`_task`, unused)."""
-        self._unsent.discard(credit)
-        if credit in self._awaited:
-            self._awaited.discard(credit)
-            if not self._awaited:
-                asyncio.get_running_loop().call_soon(self._flush)
+        if self._armed.written(credit):
+            asyncio.get_running_loop().call_soon(self._flush)
 
     async def _serve(self, credit: protocol.Credit) -> None:
         settings = self._settings
@@ -279,7 +251,7 @@ class Worker:
         if settings.affinity_header:
             headers[settings.affinity_header] = credit.routing_key
         try:
-            armed = credit.id in self._unsent
+            armed = self._armed.unsent(credit.id)
             written = (lambda: self._written(credit.id)) if armed else None
             await exchange(
                 self._pool, raw, headers, settings.timeout_s, ex, settings.streaming, written
@@ -322,25 +294,20 @@ class Worker:
         started: tuple[int, ...] = (),
     ) -> None:
         self._tasks.pop(credit.id, None)
-        self._drop_armed(credit.id)  # failed: they never start (after a success: none left)
+        self._armed.drop(credit.id)  # failed: they never start (after a success: none left)
         start = ex.start_ns or time.time_ns()
         end = ex.end_ns or time.time_ns()
         result = protocol.Result(
             credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source, started
         )
-        if not self._outbox:
-            # Wait for the requests started so far, not later ones: a busy worker still
-            # reports as soon as those are out.
-            self._awaited = set(self._unsent)
-            if not self._awaited:
-                asyncio.get_running_loop().call_soon(self._flush)
-        self._outbox.append(result)
+        if self._armed.add_result(result):
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        if self._outbox and not self._awaited:
-            outbox, self._outbox = self._outbox, []
+        results = self._armed.take_results()
+        if results:
             for frames in protocol.encode_batches(
-                protocol.Results, outbox, protocol.MAX_TO_SCHEDULER
+                protocol.Results, results, protocol.MAX_TO_SCHEDULER
             ):
                 self._channel.send(frames)
 
