@@ -729,7 +729,8 @@ def _worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.processes < 1:
         parser.error("--processes: must be at least 1")
     keys = _role_keys(parser, args, load_worker_keys)
-    if problem := api_key_problem(os.environ.get("OPENAI_API_KEY", "").strip()):
+    api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+    if problem := api_key_problem(api_key):
         parser.error(f"OPENAI_API_KEY: {problem}")
     try:  # the same normal form as the scheduler's, which compares them
         endpoint = EndpointConfig(url=args.url, model="-", endpoint=args.endpoint)
@@ -737,7 +738,7 @@ def _worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--url: {e.errors(include_url=False)[0]['msg']}")
     config = WorkerConfig(
         args.scheduler, args.worker_id, keys, endpoint.url, endpoint.endpoint,
-        args.scheduler_timeout,
+        args.scheduler_timeout, api_key or None,
     )  # fmt: skip
     log_flags = [f"--log-format={args.log_format}", f"--log-level={args.log_level}"]
     return serve_workers(config, str(args.keys), args.processes, log_flags)

@@ -74,6 +74,7 @@ class WorkerConfig:
     url: str  # the server's base URL (EndpointConfig's normal form)
     endpoint: str | None = None  # the request path, when not the standard one for the type
     scheduler_timeout: float = 30.0
+    api_key: str | None = None  # from this process's OPENAI_API_KEY, never from the scheduler
 
 
 class Worker:
@@ -198,8 +199,8 @@ class Worker:
             log.error("%s; token counts the server does not give will be estimates", e)
             self._counter = TokenCounter()
         headers = {"Content-Type": "application/json", "User-Agent": "dagperf"}
-        if key := os.environ.get("OPENAI_API_KEY", "").strip():
-            headers["Authorization"] = f"Bearer {key}"
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
         if settings.streaming:
             headers["Accept"] = "text/event-stream"
         path = self.config.endpoint or ENDPOINT_PATHS.get(settings.endpoint_type, "")
