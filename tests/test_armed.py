@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dagperf.armed import ArmedCredits
-from dagperf.protocol import Credit, Result
+from dagperf.transport.protocol import Credit, Result
 
 
 def credit(id: int, after: int = -1, then: tuple[Credit, ...] = ()) -> Credit:

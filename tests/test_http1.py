@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from dagperf.client import Exchange, exchange
-from dagperf.http1 import (
+from dagperf.transport.client import Exchange, exchange
+from dagperf.transport.http1 import (
     BadResponse,
     ConnectError,
     Disconnected,

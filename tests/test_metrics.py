@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dagperf.client import Exchange
 from dagperf.metrics import summary as summary_module
 from dagperf.metrics.record import request_metrics
 from dagperf.metrics.summary import PERCENTILES, Distribution, PhaseSummary
 from dagperf.metrics.tokens import TokenCounter, TokenizerError, read_tokenizer
-from dagperf.protocol import ErrorInfo, Result
-from dagperf.replies import Reply
+from dagperf.transport.client import Exchange
+from dagperf.transport.protocol import ErrorInfo, Result
+from dagperf.transport.replies import Reply
 
 MS = 1_000_000
 

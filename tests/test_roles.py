@@ -17,7 +17,6 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
-from dagperf import protocol
 from dagperf.keys import (
     FILES,
     Gate,
@@ -28,6 +27,7 @@ from dagperf.keys import (
     secure_server,
 )
 from dagperf.simulator import running_simulator
+from dagperf.transport import protocol
 from dagperf.worker import Worker, WorkerConfig
 
 from dagfile import conv, encode, turn

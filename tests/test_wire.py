@@ -12,12 +12,12 @@ import zmq.asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dagperf import protocol
-from dagperf.channel import Channel
 from dagperf.endpoints import captured_reply, prompt_text
-from dagperf.replies import MalformedResponse, Reply, ServerError
 from dagperf.routing import RendezvousRouter
-from dagperf.sse import Event, SSEParser
+from dagperf.transport import protocol
+from dagperf.transport.channel import Channel
+from dagperf.transport.replies import MalformedResponse, Reply, ServerError
+from dagperf.transport.sse import Event, SSEParser
 
 STREAM = (
     b": keep-alive\n\n"
@@ -193,7 +193,7 @@ async def test_a_channel_goes_on_after_a_message_it_failed_to_handle(caplog):
     await dealer.send(b"good")
     await asyncio.wait_for(done.wait(), 10)
     assert handled == [b"good"]
-    (logged,) = [r for r in caplog.records if r.name == "dagperf.channel"]
+    (logged,) = [r for r in caplog.records if r.name == "dagperf.transport.channel"]
     assert logged.exc_info[0] is ValueError  # said where, not left to the event loop
     channel.close()
     dealer.close(linger=0)

@@ -13,7 +13,7 @@ worker still reports as soon as those are out.
 
 from __future__ import annotations
 
-from dagperf.protocol import Credit, Result
+from dagperf.transport.protocol import Credit, Result
 
 
 class ArmedCredits:

@@ -28,8 +28,7 @@ from typing import Any
 
 import zmq
 
-from dagperf import contract, protocol
-from dagperf.channel import Channel, receive
+from dagperf import contract
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.contract import FinalReport, RunState, StatusReport, Workers
 from dagperf.endpoints import request_params
@@ -39,6 +38,8 @@ from dagperf.graph import Payload, RequestGraph
 from dagperf.keys import Gate, SchedulerKeys, secure_server
 from dagperf.metrics.live import LiveMetrics
 from dagperf.status import StatusServer, metrics_summary
+from dagperf.transport import protocol
+from dagperf.transport.channel import Channel, receive
 from dagperf.verdict import rejection
 
 log = logging.getLogger(__name__)

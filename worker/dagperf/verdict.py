@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dagperf.protocol import CANCELLED, ErrorInfo
+from dagperf.transport.protocol import CANCELLED, ErrorInfo
 
 OK = 0
 RUN_FAILED = 1  # the run itself failed: a fault, lost workers, an internal error

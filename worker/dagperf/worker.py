@@ -45,17 +45,18 @@ from typing import Any
 import msgspec
 import zmq
 
-from dagperf import lifeline, loops, protocol
+from dagperf import lifeline, loops
 from dagperf.armed import ArmedCredits
-from dagperf.channel import Channel, receive
-from dagperf.client import Exchange, exchange
 from dagperf.config import ENDPOINT_PATHS
 from dagperf.endpoints import prompt_text, request_body
 from dagperf.histories import Histories
-from dagperf.http1 import Pool
 from dagperf.keys import WorkerKeys, secure_client
 from dagperf.metrics.record import error_metrics, request_metrics
 from dagperf.metrics.tokens import TokenCounter, TokenizerError
+from dagperf.transport import protocol
+from dagperf.transport.channel import Channel, receive
+from dagperf.transport.client import Exchange, exchange
+from dagperf.transport.http1 import Pool
 
 log = logging.getLogger(__name__)
 

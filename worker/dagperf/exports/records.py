@@ -16,7 +16,7 @@ import msgspec
 from dagperf.engine import Flight
 from dagperf.graph import SessionKind
 from dagperf.metrics.catalog import UNITS
-from dagperf.protocol import Result
+from dagperf.transport.protocol import Result
 
 
 def record(

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagperf import protocol
 from dagperf.config import EndpointConfig
 from dagperf.engine import Flight
 from dagperf.exports.inputs import write_inputs
@@ -19,6 +18,7 @@ from dagperf.graph import RequestGraph
 from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
+from dagperf.transport import protocol
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Any
 from dagperf.engine import Flight
 from dagperf.graph import SessionKind, Tree
 from dagperf.metrics.summary import Distribution
-from dagperf.protocol import Result
+from dagperf.transport.protocol import Result
 
 MAX_GROUPS_LISTED = 100
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dagperf.metrics.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, RECORD
-from dagperf.protocol import ErrorInfo, Result
+from dagperf.transport.protocol import ErrorInfo, Result
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 EXACT_LIMIT = 65_536

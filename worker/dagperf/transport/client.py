@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dagperf.http1 import HTTPError, Pool, Response
-from dagperf.protocol import ErrorInfo
-from dagperf.replies import MalformedResponse, Reply, ServerError, decode
-from dagperf.sse import SSEParser
+from dagperf.transport.http1 import HTTPError, Pool, Response
+from dagperf.transport.protocol import ErrorInfo
+from dagperf.transport.replies import MalformedResponse, Reply, ServerError, decode
+from dagperf.transport.sse import SSEParser
 
 _DONE = b"[DONE]"
 _HEAD = 200  # bytes of a body that is not a completion, quoted in its error

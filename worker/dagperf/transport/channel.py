@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import zmq
 
-from dagperf import protocol
+from dagperf.transport import protocol
 
 log = logging.getLogger(__name__)
 

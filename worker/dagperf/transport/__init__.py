@@ -1,0 +1,3 @@
+"""How requests travel: the scheduler-to-worker wire (protocol.py, its messages; channel.py, a
+ZeroMQ socket on the event loop) and the worker-to-server HTTP (http1.py, a pooled HTTP/1.1
+client; client.py, one timed exchange; sse.py and replies.py, what the server answers)."""
