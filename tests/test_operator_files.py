@@ -220,6 +220,21 @@ def test_a_benchmark_expires_exactly_its_ttl_after_it_finished(finished, ttl, ex
     assert st.expired(finished, ttl, now) is expired
 
 
+def test_the_poll_interval_is_read_when_the_operator_starts_not_at_import(monkeypatch):
+    from dagperf_operator import handlers
+
+    intervals = []
+    for value in ("0.25", "7"):
+        monkeypatch.setenv("DAGPERF_POLL_INTERVAL_S", value)
+        registry = handlers.run_options()["registry"]
+        timers = registry._spawning.get_all_handlers()  # kopf's own record of the timers
+        intervals.append(sorted((t.id, t.interval, t.backoff) for t in timers))
+    assert intervals == [
+        [("expire", 0.25, 0.25), ("monitor", 0.25, 0.25)],
+        [("expire", 7.0, 7.0), ("monitor", 7.0, 7.0)],
+    ]
+
+
 def test_dataset_problems_are_quoted_first_few_then_counted():
     problems = [f"line {n}: bad" for n in range(1, 9)]
     message = st.dataset_problems_message(problems)

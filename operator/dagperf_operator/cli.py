@@ -18,11 +18,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import kopf
     from kubernetes.config import ConfigException
 
+    from dagperf_operator import handlers
     from dagperf_operator.kube import api_client
     from dagperf_operator.settings import SettingsError
 
     try:
-        from dagperf_operator import handlers
+        options = handlers.run_options(args.namespace)
     except SettingsError as e:
         return _fail(str(e))
     try:
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    kopf.run(**handlers.run_options(args.namespace), liveness_endpoint=args.liveness or None)
+    kopf.run(**options, liveness_endpoint=args.liveness or None)
     return 0
 
 

@@ -12,6 +12,9 @@
 
 Transient API errors are retried a bounded number of times (kopf's TemporaryError, `retries`);
 a create that still fails ends the Benchmark as Failed rather than retrying forever.
+
+The handlers are registered when the operator starts (`registry`, from `run_options`), not at
+import, so the settings they depend on are read then.
 """
 
 from __future__ import annotations
@@ -41,21 +44,14 @@ from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
 from dagperf_operator.status import Condition, Phase
 
-REGISTRY = kopf.OperatorRegistry()  # what `dagperf-operator` (and the tests) hand to kopf
-# Read again at startup; only the timers' interval is fixed here, when they register.
-SETTINGS = OperatorSettings.from_env()
 RETRIES = 5  # for a change handler; a timer simply tries again on its next tick
-POLLING: dict[str, Any] = {
-    "interval": SETTINGS.poll_interval_s,
-    "backoff": SETTINGS.poll_interval_s,  # after an error too, not kopf's default minute
-    "registry": REGISTRY,
-}
 
 
 def run_options(namespaces: Sequence[str] = ()) -> dict[str, Any]:
     """How kopf runs these handlers, for `dagperf-operator` and the tests alike: every
     namespace, or exactly these (then without scanning the cluster's namespaces and CRDs, which
-    a namespaced role may not read)."""
+    a namespaced role may not read). The settings are read now (SettingsError if one is bad)."""
+    poll_interval_s = OperatorSettings.from_env().poll_interval_s
     settings = kopf.OperatorSettings()
     prefix = "dagperf.io"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
@@ -69,7 +65,7 @@ def run_options(namespaces: Sequence[str] = ()) -> dict[str, Any]:
     settings.background.cancellation_polling = 1.0
     settings.scanning.disabled = bool(namespaces)
     return {
-        "registry": REGISTRY,
+        "registry": registry(poll_interval_s),
         "settings": settings,
         "clusterwide": not namespaces,
         "namespaces": list(namespaces),
@@ -77,13 +73,11 @@ def run_options(namespaces: Sequence[str] = ()) -> dict[str, Any]:
     }
 
 
-@kopf.on.startup(registry=REGISTRY)
 def startup(memo: kopf.Memo, **_: Any) -> None:
     memo.kube = Kube(api_client())
     memo.settings = OperatorSettings.from_env()
 
 
-@kopf.on.login(registry=REGISTRY)
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return kopf.login_with_service_account(**kwargs)
@@ -93,7 +87,6 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 # --- create ----------------------------------------------------------------------------------
 
 
-@kopf.on.create(GROUP, VERSION, PLURAL, retries=RETRIES, backoff=5, registry=REGISTRY)
 def create(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -253,7 +246,6 @@ def _active(status: kopf.Status, **_: Any) -> bool:
     return status.get("phase") in st.ACTIVE
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, when=_active, **POLLING)
 def monitor(
     body: kopf.Body,
     status: kopf.Status,
@@ -327,7 +319,6 @@ def _scheduler_status(settings: OperatorSettings, name: str, namespace: str) -> 
 # --- changes ---------------------------------------------------------------------------------
 
 
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", retries=RETRIES, backoff=5, registry=REGISTRY)
 def spec_changed(
     body: kopf.Body,
     diff: kopf.Diff,
@@ -414,7 +405,6 @@ def _expiring(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
     )
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, when=_expiring, **POLLING)
 def expire(
     spec: kopf.Spec,
     status: kopf.Status,
@@ -429,3 +419,18 @@ def expire(
     if st.expired(status.get("completionTime"), ttl, datetime.now(UTC)):
         logger.info("finished over %d s ago: deleting (ttlSecondsAfterFinished)", ttl)
         memo.kube.delete_benchmark(namespace, name)
+
+
+def registry(poll_interval_s: float) -> kopf.OperatorRegistry:
+    """Every handler above, registered with kopf; the timers poll at this interval, and again
+    this often after an error (not kopf's default minute)."""
+    r = kopf.OperatorRegistry()
+    kopf.on.startup(registry=r)(startup)
+    kopf.on.login(registry=r)(login)
+    changes: dict[str, Any] = {"retries": RETRIES, "backoff": 5, "registry": r}
+    kopf.on.create(GROUP, VERSION, PLURAL, **changes)(create)
+    kopf.on.update(GROUP, VERSION, PLURAL, field="spec", **changes)(spec_changed)
+    polling: dict[str, Any] = {"interval": poll_interval_s, "backoff": poll_interval_s}
+    kopf.timer(GROUP, VERSION, PLURAL, when=_active, registry=r, **polling)(monitor)
+    kopf.timer(GROUP, VERSION, PLURAL, when=_expiring, registry=r, **polling)(expire)
+    return r
