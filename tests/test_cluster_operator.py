@@ -17,7 +17,7 @@ from dagperf.simulator import SimConfig
 
 from control_plane import CHART, ROOT, Client, established, namespace
 from node import Node
-from runs import eventually, gated_simulator, read_jsonl
+from runs import connected_to, eventually, gated_simulator, read_jsonl
 
 pytestmark = pytest.mark.cluster
 
@@ -254,7 +254,13 @@ async def test_a_worker_killed_mid_run_is_restarted_and_its_requests_are_errors(
     await cluster.start(load={"concurrency": 3})
     await cluster.until("demo", phase("Running"))
     await cluster.gate.holding(3)
-    victim = (await cluster.pods("demo-workers-"))[0]["metadata"]["name"]
+    # The one to kill holds requests in flight (the routing decides which does): its
+    # connections to the simulator say so.
+    port = int(cluster.sim.url.rsplit(":", 1)[1])
+    workers = [p["metadata"]["name"] for p in await cluster.pods("demo-workers-")]
+    victim = next(
+        w for w in workers if connected_to(cluster.node.pod(cluster.ns, w).process.pid, port)
+    )
     cluster.node.kill(cluster.ns, victim)  # SIGKILL, as a crash or the OOM killer would
     restarted = await eventually(
         lambda: cluster.api.get(f"/api/v1/namespaces/{cluster.ns}/pods/{victim}"),
