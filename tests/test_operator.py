@@ -474,3 +474,51 @@ async def test_an_operator_limited_to_a_namespace_watches_only_there(tmp_path, m
         # no namespace scan, no CRD watch: what a per-namespace Role (the chart's) allows
         assert {r.namespace for r in operators} == {NS}, [r.url.path for r in operators]
         assert "status" not in await api.benchmark("elsewhere", "demo")
+
+
+def tokenizer_json() -> str:
+    from tokenizers import Tokenizer, models
+
+    return Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1}, unk_token="[UNK]")).to_str()
+
+
+DATASET_WITH_TOKENIZER = {"configMapRef": {"name": "data"},
+                          "tokenizer": {"name": "tok", "key": "tokenizer.json"}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("files", "complaint"),
+    [
+        (None, "tokenizer: configmap/tok does not exist"),
+        ({"other.json": "{}"}, "tokenizer: configmap/tok has no key 'tokenizer.json'"),
+        ({"tokenizer.json": "{not a tokenizer"}, "cannot load the tokenizer at configmap/tok"),
+    ],
+)
+async def test_a_tokenizer_that_cannot_load_fails_before_anything_starts(kube, files, complaint):
+    _, api, _ = kube
+    if files is not None:
+        await api.create(f"{CORE}/configmaps", config_map(name="tok") | {"data": files})
+    await api.create(f"{CORE}/configmaps", config_map())
+    await api.create(BENCH, benchmark(dataset=DATASET_WITH_TOKENIZER))
+    b = await api.until(NS, "demo", phase("Failed"))
+    valid = condition(b, "DatasetValid")
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidTokenizer")
+    assert complaint in valid["message"]
+    assert await api.get(f"{JOBS}/demo-scheduler") is None
+
+
+async def test_a_tokenizer_from_a_config_map_reaches_the_scheduler(kube):
+    _, api, _ = kube
+    tokenizer = config_map(name="tok") | {"data": {"tokenizer.json": tokenizer_json()}}
+    await api.create(f"{CORE}/configmaps", tokenizer)
+    await created(api, dataset=DATASET_WITH_TOKENIZER)
+    pod = (await api.get(f"{JOBS}/demo-scheduler"))["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    flag = container["command"].index("--tokenizer")
+    path = container["command"][flag + 1]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tokenizer"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tokenizer"]
+    assert path == f"{mount['mountPath']}/tokenizer.json" and mount["readOnly"]
+    assert volume["configMap"] == {
+        "name": "tok", "items": [{"key": "tokenizer.json", "path": "tokenizer.json"}],
+    }  # fmt: skip

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from dagperf.contract import RunState, StatusReport, decode_status
 from dagperf.dataset import DatasetError
 from dagperf.keys import KeySet
+from dagperf.metrics.tokens import TokenCounter, TokenizerError
 from dagperf.sources import parse_graph
 from dagperf_operator import manifests
 from dagperf_operator import status as st
@@ -128,6 +129,9 @@ def create(
             _fail(body, patch, conditions, Condition.DATASET_VALID, reason, message)
             return
         assert key is not None  # a dataset without problems was found under a key
+        if problem := _check_tokenizer(parsed, namespace, kube):
+            _fail(body, patch, conditions, Condition.DATASET_VALID, "InvalidTokenizer", problem)
+            return
         conditions = st.set_condition(
             conditions,
             Condition.DATASET_VALID,
@@ -174,6 +178,25 @@ def _launched(name: str, spec: BenchmarkSpec, conditions: list[dict[str, Any]]) 
         "progress": {"requestsCompleted": 0, "errors": 0, "display": "0"},
         "resultsPath": f"{claim}:{manifests.RESULTS_DIR}/{name}" if claim else None,
     }
+
+
+def _check_tokenizer(spec: BenchmarkSpec, namespace: str, kube: Kube) -> str | None:
+    """Why the Benchmark's tokenizer cannot be used, if it cannot (the scheduler would exit on
+    it after its pods started)."""
+    ref = spec.dataset.tokenizer
+    if ref is None:
+        return None
+    files = kube.dataset_files(namespace, ref.name)
+    where = f"tokenizer: configmap/{ref.name}"
+    if files is None:
+        return f"{where} does not exist in this namespace"
+    if ref.key not in files:
+        return f"{where} has no key {ref.key!r}"
+    try:
+        TokenCounter(files[ref.key].decode(), origin=f"configmap/{ref.name}/{ref.key}")
+    except (TokenizerError, UnicodeDecodeError) as e:
+        return f"{where}: {e}"
+    return None
 
 
 def _check_dataset(

@@ -31,6 +31,7 @@ from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec, Placement, health_options, load_config
 
 DATASET_DIR = "/dataset"
+TOKENIZER_FILE = "/tokenizer/tokenizer.json"
 RESULTS_DIR = "/results"
 TERMINATION_LOG = "/dev/termination-log"
 KEYS_DIR = "/etc/dagperf/keys"
@@ -200,6 +201,8 @@ def scheduler_command(
         command.append("--streaming")
     if e.extra_inputs:
         command += ["--extra-inputs", json.dumps(e.extra_inputs, sort_keys=True)]
+    if spec.dataset.tokenizer is not None:
+        command += ["--tokenizer", TOKENIZER_FILE]
     command += model_flags(load_config(load))
     command += model_flags(health_options(spec.health), prefix="health-")
     verdict = spec.verdict
@@ -252,6 +255,19 @@ def scheduler_job(
         {"name": "zmq", "containerPort": settings.zmq_port},
         {"name": "metrics", "containerPort": settings.metrics_port},
     ]
+    volumes = []
+    if spec.dataset.tokenizer is not None:
+        mount = TOKENIZER_FILE.rsplit("/", 1)[0]
+        container["volumeMounts"].append(
+            {"name": "tokenizer", "mountPath": mount, "readOnly": True}
+        )
+        items = [{"key": spec.dataset.tokenizer.key, "path": TOKENIZER_FILE.rsplit("/", 1)[1]}]
+        volumes.append(
+            {
+                "name": "tokenizer",
+                "configMap": {"name": spec.dataset.tokenizer.name, "items": items},
+            }
+        )
     container["volumeMounts"] += [
         {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True},
         {"name": "results", "mountPath": RESULTS_DIR},
@@ -293,6 +309,7 @@ def scheduler_job(
                         results,
                         {"name": "scratch", "emptyDir": {}},
                         _keys_volume(name, SCHEDULER_FILES),
+                        *volumes,
                     ],
                 },
             },

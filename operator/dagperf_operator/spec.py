@@ -64,10 +64,20 @@ class ConfigMapRef(_Model):
     )
 
 
+class FileRef(_Model):
+    name: str = Field(min_length=1, description="A ConfigMap in the Benchmark's namespace.")
+    key: str = Field(min_length=1, description="The key holding the file, in data or binaryData.")
+
+
 class Dataset(_Model):
     config_map_ref: ConfigMapRef = Field(description="Where the dataset file is.")
     type: Literal["dag_jsonl", "session_graph", "mooncake_trace", "timed_synthetic_session"] = (
         Field(default="dag_jsonl", description="The file's format (--custom-dataset-type).")
+    )
+    tokenizer: FileRef | None = Field(
+        default=None,
+        description="A tokenizer.json, for token counts the server does not report "
+        "(--tokenizer); checked before anything starts, then sent to every worker.",
     )
 
 
