@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from emulator import Api
+from node import TERMINATION_LIMIT, expand
 
 DAGPERF = str(Path(sys.executable).with_name("dagperf"))  # the image's entry point, installed
-TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps
 
 
 @dataclass
@@ -141,9 +141,9 @@ class Kubelet:
         env = {"PATH": os.environ["PATH"]}
         for variable in container.get("env", []):
             value = await self._value(variable, name)
-            env[variable["name"]] = self._local(_expand(value, env), mounts)
+            env[variable["name"]] = self._local(expand(value, env), mounts)
         command = [
-            self._local(_expand(a, env), mounts)
+            self._local(expand(a, env), mounts)
             for a in container["command"] + container.get("args", [])
         ]
         if command[0] == "dagperf":
@@ -274,11 +274,6 @@ class Kubelet:
                 break
         value = re.sub(rf"[a-z0-9-]+\.{self.namespace}\.svc(\.cluster\.local)?", "127.0.0.1", value)
         return value.replace("0.0.0.0", "127.0.0.1")
-
-
-def _expand(value: str, env: dict[str, str]) -> str:
-    """`$(NAME)` replaced by an earlier variable, as Kubernetes expands commands and env."""
-    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), value)
 
 
 def _owner_reference(kind: str, owner: dict[str, Any]) -> dict[str, Any]:

@@ -404,9 +404,9 @@ class Node:
             )
         for variable in container.get("env") or []:
             value = await self._value(variable, local)
-            env[variable["name"]] = await self._local(_expand(value, env), mounts, local)
+            env[variable["name"]] = await self._local(expand(value, env), mounts, local)
         command = [
-            await self._local(_expand(a, env), mounts, local)
+            await self._local(expand(a, env), mounts, local)
             for a in (container.get("command") or []) + (container.get("args") or [])
         ]
         if (BIN / command[0]).exists():
@@ -518,6 +518,6 @@ def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _expand(value: str, env: dict[str, str]) -> str:
+def expand(value: str, env: dict[str, str]) -> str:
     """`$(NAME)` replaced by an earlier variable, as Kubernetes expands commands and env."""
     return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), value)

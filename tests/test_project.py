@@ -58,7 +58,7 @@ def test_imports_keep_the_layers():
 
 
 # Classes still over the size limit, each to be split (issue: the structure step); none may grow.
-OVERSIZE_CLASSES = {"Scheduler": 444, "Dispatcher": 489}
+OVERSIZE_CLASSES = {"Scheduler": 434, "Dispatcher": 489}
 
 
 def test_no_function_needs_a_scroll_bar():

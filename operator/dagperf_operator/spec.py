@@ -8,7 +8,7 @@ declared as fully as the spec: the API server prunes status fields a schema does
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic.alias_generators import to_camel
@@ -19,6 +19,7 @@ from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")
+M = TypeVar("M", bound=BaseModel)
 Quantity = int | str  # a Kubernetes resource quantity: 2, "500m", "1Gi"
 
 
@@ -106,7 +107,7 @@ else:
 
 
 def health_options(health: Health) -> HealthOptions:
-    return HealthOptions(**{flag: getattr(health, flag) for flag in HealthOptions.model_fields})
+    return _as_cli(health, HealthOptions)
 
 
 class Verdict(_Model):
@@ -159,9 +160,12 @@ class Placement(_Model):
 
 def load_config(load: Load) -> LoadConfig:
     """A Benchmark's load as the dagperf command line will read it."""
-    return LoadConfig(
-        **{flag: getattr(load, LOAD_NAMES.get(flag, flag)) for flag in LoadConfig.model_fields}
-    )
+    return _as_cli(load, LoadConfig, LOAD_NAMES)
+
+
+def _as_cli(section: _Model, model: type[M], names: dict[str, str] | None = None) -> M:
+    """A section `_generated` from one of the CLI's models, as that model."""
+    return model(**{f: getattr(section, (names or {}).get(f, f)) for f in model.model_fields})
 
 
 class Resources(_Model):

@@ -108,29 +108,14 @@ class Scheduler:
         options: SchedulerOptions,
         on_progress: Callable[[Progress], None] | None = None,
     ):
-        o = options
         self.graph = graph
         self.endpoint = endpoint
         self.artifacts = artifacts
         self.options = options
-        self.keys = o.keys
-        self.bind = o.bind
-        self.expected_workers = o.expected_workers
-        self.heartbeat_s = o.heartbeat_s
-        self.worker_timeout_s = o.worker_timeout_s
-        self.registration_timeout_s = o.registration_timeout_s
-        self.cancel_timeout_s = o.cancel_timeout_s
         self.on_progress = on_progress
         self.dispatcher = Dispatcher(graph, load, time.monotonic)
-        self.benchmark = o.benchmark
-        self.live = LiveMetrics(o.benchmark) if o.metrics_port is not None else None
-        self.output = RunOutput(artifacts, o.goodput, self.live)
-        self.summary = self.output.summary
-        self.metrics_port = o.metrics_port
-        self.metrics_host = o.metrics_host
-        self.metrics_linger_s = o.metrics_linger_s
-        self.summary_file = o.summary_file
-        self.max_error_rate = o.max_error_rate
+        self.live = LiveMetrics(options.benchmark) if options.metrics_port is not None else None
+        self.output = RunOutput(artifacts, options.goodput, self.live)
         self.status_server: StatusServer | None = None
         self._state = RunState.WAITING
         self.endpoint_url: str | None = None  # the address really bound, once listening
@@ -142,7 +127,7 @@ class Scheduler:
             endpoint.streaming,
             endpoint.request_timeout_seconds,
             endpoint.session_affinity_header,
-            o.tokenizer_json,
+            options.tokenizer_json,
         )
         self._interrupted = False
         self._stop_requested = False
@@ -165,32 +150,32 @@ class Scheduler:
             where = e.filename or self.artifacts.directory
             raise SchedulerError(f"cannot write {where}: {e.strerror or e}") from None
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        gate = Gate(context, self.keys)
+        gate = Gate(context, self.options.keys)
         socket = context.socket(zmq.ROUTER)
-        secure_server(socket, self.keys)
+        secure_server(socket, self.options.keys)
         options = {zmq.ROUTER_HANDOVER: 1, zmq.LINGER: 0, zmq.SNDHWM: 0, zmq.RCVHWM: 0}
         options[zmq.MAXMSGSIZE] = protocol.MAX_TO_SCHEDULER
         for option, value in options.items():
             socket.setsockopt(option, value)
         try:
-            socket.bind(self.bind)
+            socket.bind(self.options.bind)
         except zmq.ZMQError as e:
             socket.close(linger=0)
             gate.close()
-            raise SchedulerError(f"cannot listen on {self.bind}: {e}") from None
+            raise SchedulerError(f"cannot listen on {self.options.bind}: {e}") from None
         self.endpoint_url = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._channel = Channel(socket, self._on_message, self._flush)
         self.artifacts.run_info.setdefault("benchmark_id", secrets.token_hex(6))
-        self._watchdog = loop.call_later(self.heartbeat_s, self._watch)
+        self._watchdog = loop.call_later(self.options.heartbeat_s, self._watch)
         try:
-            if self.metrics_port is not None:
+            if self.options.metrics_port is not None:
                 self.status_server = StatusServer(
                     self.status,
                     self.live.registry if self.live else None,
                     self.stop,
-                    self.keys.token_matches,
+                    self.options.keys.token_matches,
                 )
-                await self.status_server.start(self.metrics_host, self.metrics_port)
+                await self.status_server.start(self.options.metrics_host, self.options.metrics_port)
                 log.info("serving /metrics and /status on port %d", self.status_server.port)
             await self._await_workers()
             if not self._cut_short:
@@ -214,19 +199,20 @@ class Scheduler:
             if self.live is not None:
                 self._update_live()
             with contextlib.suppress(TimeoutError):  # let Prometheus take a last scrape
-                await asyncio.wait_for(self._stopped.wait(), self.metrics_linger_s)
+                await asyncio.wait_for(self._stopped.wait(), self.options.metrics_linger_s)
             await self.status_server.stop()
         return outcome
 
     async def _await_workers(self) -> None:
         try:
-            await asyncio.wait_for(self._enough.wait(), self.registration_timeout_s)
+            await asyncio.wait_for(self._enough.wait(), self.options.registration_timeout_s)
             if self._registration_failure is not None:
                 raise SchedulerError(self._registration_failure)
         except TimeoutError:
+            o = self.options
             raise SchedulerError(
-                f"only {len(self._peers)} of {self.expected_workers} worker(s) registered within "
-                f"{self.registration_timeout_s:.0f} s at {self.endpoint_url}"
+                f"only {len(self._peers)} of {o.expected_workers} worker(s) registered within "
+                f"{o.registration_timeout_s:.0f} s at {self.endpoint_url}"
             ) from None
 
     def interrupt(self, reason: str) -> None:
@@ -320,8 +306,8 @@ class Scheduler:
             log.info("worker %s registered (pid %d)", worker, hello.pid)
         else:
             peer.last_seen = time.monotonic()
-        self._send(worker, protocol.Welcome(self._settings, self.heartbeat_s))
-        if len(self._peers) >= self.expected_workers:
+        self._send(worker, protocol.Welcome(self._settings, self.options.heartbeat_s))
+        if len(self._peers) >= self.options.expected_workers:
             self._enough.set()
 
     def _complete(self, result: protocol.Result) -> Flight | None:
@@ -342,7 +328,7 @@ class Scheduler:
         self._channel.drain()  # a busy loop may not have read heartbeats that did arrive
         now = time.monotonic()
         for worker, peer in list(self._peers.items()):
-            if now - peer.last_seen > self.worker_timeout_s:
+            if now - peer.last_seen > self.options.worker_timeout_s:
                 self._lose(worker, f"no heartbeat for {now - peer.last_seen:.1f} s")
             else:
                 self._send(worker, protocol.Heartbeat())
@@ -352,7 +338,9 @@ class Scheduler:
             self._update_live()
         self.output.flush()
         self._check_writes()
-        self._watchdog = asyncio.get_running_loop().call_later(self.heartbeat_s, self._watch)
+        self._watchdog = asyncio.get_running_loop().call_later(
+            self.options.heartbeat_s, self._watch
+        )
 
     def _check_writes(self) -> None:
         """A record that cannot be written ends the run: measuring on would measure for nothing."""
@@ -374,7 +362,7 @@ class Scheduler:
         return StatusReport(
             state=self._state,
             phase=p.phase.label,
-            workers=Workers(desired=self.expected_workers, registered=len(self._peers)),
+            workers=Workers(desired=self.options.expected_workers, registered=len(self._peers)),
             progress=contract.Progress(
                 requests_sent=p.sent,
                 requests_completed=p.completed,
@@ -383,7 +371,7 @@ class Scheduler:
                 in_flight=p.in_flight,
             ),
             branch_stats=d.branch_stats.as_dict(),
-            summary=metrics_summary(self.summary),
+            summary=metrics_summary(self.output.summary),
             failure=d.failure,
         )
 
@@ -430,7 +418,7 @@ class Scheduler:
             self._send(worker, protocol.Disarm(ids))
         if cancels and self._cancel_deadline is None:
             loop = asyncio.get_running_loop()
-            self._cancel_deadline = loop.call_later(self.cancel_timeout_s, self._abandon)
+            self._cancel_deadline = loop.call_later(self.options.cancel_timeout_s, self._abandon)
         forgets: dict[str, list[int]] = {}
         for run in d.drain_retired():
             for worker in run.workers:
@@ -504,7 +492,7 @@ class Scheduler:
             if self.dispatcher.complete(flight.credit, ok=False, cancelled=True) is None:
                 continue
             issued = self._issued.get(flight.credit, now)
-            message = f"no result within {self.cancel_timeout_s:.0f} s of cancelling"
+            message = f"no result within {self.options.cancel_timeout_s:.0f} s of cancelling"
             error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
             self._record(flight, protocol.Result(flight.credit, issued, None, now, {}, error, now))
         self._flush()
@@ -524,21 +512,23 @@ class Scheduler:
             document, failure, d.closed_reason, self._interrupted, self._stop_requested
         )
         if failure is None and not self._cut_short:
-            outcome.rejected = rejection(self.summary.ok, self.summary.errors, self.max_error_rate)
-        if self.summary_file is not None:
+            outcome.rejected = rejection(
+                self.output.summary.ok, self.output.summary.errors, self.options.max_error_rate
+            )
+        if self.options.summary_file is not None:
             status = self.status()
             final = FinalReport(
                 outcome=outcome.state,
                 reason=failure or outcome.rejected or d.closed_reason,
-                benchmark=self.benchmark,
+                benchmark=self.options.benchmark,
                 progress=status.progress,
-                duration_seconds=round(self.summary.duration_s, 3),
+                duration_seconds=round(self.output.summary.duration_s, 3),
                 summary=status.summary,
                 branch_stats=status.branch_stats,
                 results_path=str(self.artifacts.directory),
             )
             try:
-                self.summary_file.write_bytes(final.compact())
+                self.options.summary_file.write_bytes(final.compact())
             except OSError as e:
-                log.error("cannot write the summary file %s: %s", self.summary_file, e)
+                log.error("cannot write the summary file %s: %s", self.options.summary_file, e)
         return outcome
