@@ -1,9 +1,9 @@
-"""A worker's armed credits and result gate (dagperf.armed), without sockets or HTTP."""
+"""A worker's armed credits and result gate (dagperf.worker.armed), without sockets or HTTP."""
 
 from __future__ import annotations
 
-from dagperf.armed import ArmedCredits
 from dagperf.transport.protocol import Credit, Result
+from dagperf.worker.armed import ArmedCredits
 
 
 def credit(id: int, after: int = -1, then: tuple[Credit, ...] = ()) -> Credit:

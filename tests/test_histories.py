@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagperf.histories import Histories
+from dagperf.worker.histories import Histories
 
 
 def turn(text: str) -> list[dict[str, str]]:

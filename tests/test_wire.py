@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dagperf.endpoints import captured_reply, prompt_text
-from dagperf.routing import RendezvousRouter
+from dagperf.engine.routing import RendezvousRouter
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel
 from dagperf.transport.replies import MalformedResponse, Reply, ServerError

@@ -40,9 +40,9 @@ from enum import IntEnum
 
 from dagperf.config import LoadConfig
 from dagperf.engine.branch_stats import BranchStats
+from dagperf.engine.routing import RendezvousRouter
 from dagperf.engine.runs import NodeState, SessionState, TreeRun, TreeTemplate
 from dagperf.graph import RequestGraph, SessionKind
-from dagperf.routing import RendezvousRouter
 
 _DUE, _ARRIVAL, _DURATION, _GRACE = range(4)
 

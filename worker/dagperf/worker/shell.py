@@ -1,29 +1,11 @@
-"""The worker role: send the requests the scheduler routes here, and hold their histories.
+"""The `Worker`: the event loop's side of a worker (socket, HTTP pool, tasks, timers).
 
-A worker connects a DEALER socket under its identity (a pod name plus a process index, or a
-local name), says Hello until the scheduler Welcomes it with the endpoint settings, then serves
-credits as they come, each as its own task, and streams results back in batches. The API key is
-read from this process's environment, never from the scheduler.
-
-Histories live here (`dagperf.histories`): when a credit says `keep`, the request's full context
-(history, its own messages and the captured reply) is kept for that many later requests of the
-same tree run, which the scheduler routes to this worker because they share its routing key.
-
-A credit may carry armed credits (`dagperf.armed`): requests that continue its history and need
-nothing else. They start here the moment that one succeeds, before its result is even sent, so a
-FORK child or a next turn follows its parent without a round trip; the result names the ones
-started. Results are held back until the armed requests started before them are on the wire:
-sending a batch wakes the scheduler, and on a small machine that costs the children's first bytes
-more than the wait costs the results (a four-child fan-out's last child went out ~1 ms later).
-This module is the shell around those two: sockets, the HTTP pool, tasks and timers.
+Results are held back until the armed requests started before them are on the wire: sending a
+batch wakes the scheduler, and on a small machine that costs the children's first bytes more
+than the wait costs the results (a four-child fan-out's last child went out ~1 ms later).
 
 If the scheduler stays silent for `scheduler_timeout` seconds, the worker drops everything and
-says Hello again, so a worker pod outlives a scheduler restart. Heartbeats go from a thread on a
-socket of their own: a loop starting 100,000 FORK children at once would send them late, and the
-scheduler would count a busy worker as lost.
-
-The wire is CURVE-encrypted and authenticated both ways (`dagperf.keys`); where requests go and
-the API key are this worker's own configuration, never the scheduler's.
+says Hello again, so a worker pod outlives a scheduler restart.
 """
 
 from __future__ import annotations
@@ -34,48 +16,29 @@ import functools
 import logging
 import os
 import secrets
-import signal
-import subprocess
-import sys
-import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import zmq
 
-from dagperf import lifeline, loops
-from dagperf.armed import ArmedCredits
 from dagperf.config import ENDPOINT_PATHS
 from dagperf.endpoints import prompt_text, request_body
-from dagperf.histories import Histories
-from dagperf.keys import WorkerKeys, secure_client
 from dagperf.metrics.record import error_metrics, request_metrics
 from dagperf.metrics.tokens import TokenCounter, TokenizerError
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel, receive
 from dagperf.transport.client import Exchange, exchange
 from dagperf.transport.http1 import Pool
+from dagperf.worker.armed import ArmedCredits
+from dagperf.worker.histories import Histories
+from dagperf.worker.options import WorkerConfig
+from dagperf.worker.wire import Heartbeat, connect
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("dagperf.worker")
 
 _json = msgspec.json.Encoder()
 WAITING_LOG_S = 5.0  # how often a worker says it is still waiting for its scheduler
 HELLO_INTERVAL_S = 0.5
-
-
-@dataclass(frozen=True, repr=False)
-class WorkerConfig:
-    """A worker's own configuration: its scheduler, its keys and the server it sends to."""
-
-    scheduler: str
-    worker_id: str
-    keys: WorkerKeys
-    url: str  # the server's base URL (EndpointConfig's normal form)
-    endpoint: str | None = None  # the request path, when not the standard one for the type
-    scheduler_timeout: float = 30.0
-    api_key: str | None = None  # from this process's OPENAI_API_KEY, never from the scheduler
 
 
 class Worker:
@@ -94,10 +57,10 @@ class Worker:
         self._heard = 0.0
         self._stop = asyncio.Event()
         self._welcomed = asyncio.Event()
-        self._heartbeat = _Heartbeat(config, self.incarnation)
+        self._heartbeat = Heartbeat(config, self.incarnation)
 
     async def run(self) -> None:
-        socket = _connect(self.config, self.worker_id, protocol.MAX_TO_WORKER)
+        socket = connect(self.config, self.worker_id, protocol.MAX_TO_WORKER)
         self._channel = Channel(socket, self._on_message, self._flush)
         self._heartbeat.start()
         try:
@@ -318,90 +281,3 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
-
-
-class _Heartbeat(threading.Thread):
-    """Sends this worker's heartbeats while `beating` is set, every `interval_s`, from its own
-    thread and socket. The GIL changes hands every few milliseconds however busy the event
-    loop is, so a worker heard from is a worker alive; one stopped or dead falls silent."""
-
-    def __init__(self, config: WorkerConfig, incarnation: str) -> None:
-        super().__init__(name="heartbeat", daemon=True)
-        self._config = config
-        self._frames = protocol.encode(protocol.Heartbeat(config.worker_id, incarnation))
-        self.interval_s = 1.0
-        self.beating = threading.Event()
-        self._stopped = threading.Event()
-
-    def run(self) -> None:
-        socket = _connect(self._config, f"{self._config.worker_id}/heartbeat", 1 << 16)
-        socket.setsockopt(zmq.SNDHWM, 4)  # a heartbeat nobody reads is not worth queueing
-        try:
-            while not self._stopped.wait(self.interval_s):
-                if self.beating.is_set():
-                    with contextlib.suppress(zmq.Again):
-                        socket.send_multipart(self._frames, zmq.NOBLOCK)
-        finally:
-            socket.close(linger=0)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self.is_alive():
-            self.join()
-
-
-def _connect(config: WorkerConfig, identity: str, max_message: int) -> zmq.Socket[bytes]:
-    """A DEALER socket to the scheduler, authenticated and encrypted by CURVE."""
-    socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
-    secure_client(socket, config.keys)
-    socket.setsockopt(zmq.IDENTITY, identity.encode())
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.setsockopt(zmq.SNDHWM, 0)
-    socket.setsockopt(zmq.RCVHWM, 0)
-    socket.setsockopt(zmq.MAXMSGSIZE, max_message)
-    socket.connect(config.scheduler)
-    return socket
-
-
-def serve_workers(config: WorkerConfig, keys_dir: str, processes: int, log_flags: list[str]) -> int:
-    """The `dagperf worker` command: one worker here, or `processes` child processes named
-    `<worker_id>-<index>`. Runs until the scheduler shuts them down or a signal stops them."""
-    if processes == 1:
-        return loops.run(_serve_one(config))
-    stopped_by: set[int] = set()
-    children: list[subprocess.Popen[bytes]] = []
-    environ = dict(os.environ)
-
-    def forward(sig: int, _frame: object) -> None:
-        stopped_by.add(sig)
-        for child in children:
-            child.send_signal(sig)
-
-    # Forward signals before the first child exists, so none is ever orphaned.
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    for index in range(processes):
-        if stopped_by:
-            break
-        command = ["-m", "dagperf", "worker", "--scheduler", config.scheduler, "--processes", "1"]
-        command += ["--worker-id", f"{config.worker_id}-{index}", "--keys", keys_dir]
-        command += ["--url", config.url]
-        if config.endpoint:
-            command += ["--endpoint", config.endpoint]
-        command += ["--scheduler-timeout", str(config.scheduler_timeout), *log_flags]
-        child = subprocess.Popen([sys.executable, *command], env=lifeline.child_env(environ))
-        children.append(child)
-        for sig in tuple(stopped_by):  # came while it was being started: `forward` missed it
-            child.send_signal(sig)
-    codes = [child.wait() for child in children]
-    # A child still starting up dies of the signal it was sent: that is a clean stop too.
-    return max((0 if -code in stopped_by else code for code in codes), default=0)
-
-
-async def _serve_one(config: WorkerConfig) -> int:
-    worker = Worker(config)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, worker.stop)
-    await worker.run()
-    return 0

@@ -12,6 +12,9 @@ reads with the same types.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import math
 from collections.abc import Callable
 
@@ -19,8 +22,11 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from dagperf.contract import MetricsSummary, StatusReport
+from dagperf.contract import MetricsSummary, Progress, RunState, StatusReport, Workers
+from dagperf.engine import Dispatcher
 from dagperf.metrics.summary import PhaseSummary
+
+log = logging.getLogger("dagperf.scheduler")
 
 
 def metrics_summary(summary: PhaseSummary) -> MetricsSummary:
@@ -43,6 +49,29 @@ def metrics_summary(summary: PhaseSummary) -> MetricsSummary:
         itl_p50_ms=itl[0],
         itl_p99_ms=itl[1],
         error_rate=_finite(aggregates["request_error_rate"] / 100),
+    )
+
+
+def status_report(
+    state: RunState, dispatcher: Dispatcher, workers: Workers, summary: PhaseSummary
+) -> StatusReport:
+    """The run as the operator reads it from /status."""
+    d = dispatcher
+    p = d.progress()
+    return StatusReport(
+        state=state,
+        phase=p.phase.label,
+        workers=workers,
+        progress=Progress(
+            requests_sent=p.sent,
+            requests_completed=p.completed,
+            requests_total=p.expected,
+            errors=p.errors,
+            in_flight=p.in_flight,
+        ),
+        branch_stats=d.branch_stats.as_dict(),
+        summary=metrics_summary(summary),
+        failure=d.failure,
     )
 
 
@@ -79,6 +108,13 @@ class StatusServer:
             await self._runner.cleanup()
             raise OSError(e.errno, f"cannot serve metrics on {host}:{port}: {e.strerror}") from None
         self.port = self._runner.addresses[0][1]
+        log.info("serving /metrics and /status on port %d", self.port)
+
+    async def linger(self, stopped: asyncio.Event, seconds: float) -> None:
+        """Keep serving up to `seconds` after the run, so Prometheus takes a last scrape; a
+        stop request ends the wait."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopped.wait(), seconds)
 
     async def stop(self) -> None:
         if self._runner is not None:

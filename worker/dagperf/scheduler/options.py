@@ -1,0 +1,33 @@
+"""What a scheduler is told: where it listens, whom it waits for, how it reports and judges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dagperf.keys import SchedulerKeys
+
+
+class SchedulerError(Exception):
+    """The run could not start or could not go on; the message says why."""
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """How a scheduler listens, waits for workers, reports and judges its run."""
+
+    keys: SchedulerKeys
+    bind: str  # the ZeroMQ address workers connect to
+    expected_workers: int
+    heartbeat_s: float = 1.0
+    worker_timeout_s: float = 10.0  # a worker silent this long is lost
+    registration_timeout_s: float = 60.0
+    cancel_timeout_s: float = 10.0  # for results of cancelled requests to come back
+    goodput: dict[str, float] | None = None
+    tokenizer_json: str | None = None  # sent to every worker
+    benchmark: str = "dagperf"  # the name in metrics and reports
+    metrics_port: int | None = None  # /metrics and /status; None: not served
+    metrics_host: str = "0.0.0.0"
+    metrics_linger_s: float = 0.0  # keep serving this long after the end, for a last scrape
+    summary_file: Path | None = None  # the final report, for the operator
+    max_error_rate: float = 1.0

@@ -1,0 +1,82 @@
+"""How a run ended, and the final report the operator reads from `--summary-file`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dagperf.contract import FinalReport, RunState, StatusReport
+from dagperf.engine import Dispatcher
+from dagperf.exports.run import RunOutput
+from dagperf.verdict import rejection
+
+log = logging.getLogger("dagperf.scheduler")
+
+
+@dataclass
+class Outcome:
+    """How a run ended and what it measured."""
+
+    document: dict[str, Any]
+    failure: str | None
+    stop_reason: str | None
+    interrupted: bool
+    stopped: bool = False  # interrupted on request (POST /stop), which is not a failure
+    rejected: str | None = None  # why the endpoint failed the run (see dagperf.verdict)
+
+    @property
+    def state(self) -> RunState:
+        if self.failure is not None or self.rejected is not None:
+            return RunState.FAILED
+        if self.stopped:
+            return RunState.STOPPED
+        return RunState.CANCELLED if self.interrupted else RunState.SUCCEEDED
+
+    @property
+    def reason(self) -> str | None:
+        return self.failure or self.rejected or self.stop_reason
+
+
+def write_final_report(
+    path: Path, outcome: Outcome, status: StatusReport, benchmark: str, duration_s: float,
+    results: Path,
+) -> None:  # fmt: skip
+    """The final report, within the termination message's limit; a failure to write it is
+    logged, since the run's own files are already written."""
+    final = FinalReport(
+        outcome=outcome.state,
+        reason=outcome.reason,
+        benchmark=benchmark,
+        progress=status.progress,
+        duration_seconds=round(duration_s, 3),
+        summary=status.summary,
+        branch_stats=status.branch_stats,
+        results_path=str(results),
+    )
+    try:
+        path.write_bytes(final.compact())
+    except OSError as e:
+        log.error("cannot write the summary file %s: %s", path, e)
+
+
+def conclude(
+    dispatcher: Dispatcher, output: RunOutput, interrupted: bool, stopped: bool,
+    max_error_rate: float,
+) -> Outcome:  # fmt: skip
+    """Write the run's summary files and judge it: a run cut short is not judged on its
+    errors (see `dagperf.verdict`)."""
+    d = dispatcher
+    cut_short = interrupted or stopped
+    document, write_failure = output.write_summary(
+        d.branch_stats.as_dict(),
+        complete=d.finished and d.failure is None and not cut_short,
+        cancelled=cut_short or d.failure is not None,
+    )
+    failure = d.failure or write_failure
+    outcome = Outcome(document, failure, d.closed_reason, interrupted, stopped)
+    if failure is None and not cut_short:
+        summary = output.summary
+        outcome.rejected = rejection(summary.ok, summary.errors, max_error_rate)
+    return outcome
