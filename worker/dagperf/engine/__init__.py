@@ -1,7 +1,9 @@
 """The scheduler's functional core: which request goes where and when, fed events, no I/O."""
 
 from dagperf.engine.branch_stats import BranchStats
-from dagperf.engine.dispatcher import Dispatcher, Flight, Phase, Progress, armed_under
+from dagperf.engine.dispatcher import Dispatcher
+from dagperf.engine.flights import Flight, armed_under
+from dagperf.engine.phase import Phase, Progress
 from dagperf.engine.runs import NodeState, SessionState, TreeRun
 
 __all__ = [

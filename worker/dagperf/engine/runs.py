@@ -7,8 +7,10 @@ one state byte per node and per session, so starting a run costs a list copy, no
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import NamedTuple
 
-from dagperf.graph import Tree
+from dagperf.engine.branch_stats import BranchStats
+from dagperf.graph import SessionKind, Tree
 
 
 class NodeState(IntEnum):
@@ -32,7 +34,7 @@ class SessionState(IntEnum):
 class TreeTemplate:
     """What every run of one tree starts from, computed once per tree."""
 
-    __slots__ = ("keep", "sizes", "tree", "waiting")
+    __slots__ = ("armable", "keep", "sizes", "tree", "waiting")
 
     def __init__(self, tree: Tree):
         self.tree = tree
@@ -43,6 +45,31 @@ class TreeTemplate:
                 keep[node.history] += 1
         self.keep = keep  # how many nodes continue each node's history
         self.sizes = [s.turn_count for s in tree.sessions]
+        self.armable = [_armable(tree, i) for i in range(len(tree.nodes))]
+
+
+def _armable(tree: Tree, i: int) -> tuple[int, ...]:
+    """The nodes that node i alone releases, continuing its history on its route with no
+    delay: they can go out with it, armed, and start on its worker when it succeeds."""
+    route = tree.sessions[tree.nodes[i].session].route
+    return tuple(
+        j
+        for j in tree.nodes[i].dependents
+        if (node := tree.nodes[j]).deps == (i,)
+        and not node.join_deps
+        and node.history == i
+        and node.delay_s == 0
+        and tree.sessions[node.session].route == route
+    )
+
+
+class Ending(NamedTuple):
+    """What ending a node led to within its run."""
+
+    ready: list[int]  # nodes whose dependencies are now met, in the order they became so
+    skipped: int  # nodes skipped because what they needed failed
+    root_ended: bool  # the root session's last node ended: its load slot frees
+    failed_child: tuple[int, int] | None  # (session, node) of a child that failed: --fail-fast
 
 
 class TreeRun:
@@ -85,3 +112,98 @@ class TreeRun:
     @property
     def tree(self) -> Tree:
         return self.template.tree
+
+    def settle_session(
+        self, s: int, state: NodeState, cancelled: bool, ended: bool, stats: BranchStats
+    ) -> bool:
+        """A node of session s ended in `state`; `ended` when it was the session's last.
+        Returns True when a child session failed (not skipped, not cancelled): --fail-fast's
+        cue."""
+        current = self.sessions[s]
+        if current >= SessionState.COMPLETED or current == SessionState.IDLE:
+            return False  # already settled, or never started (a branch never spawned)
+        child = self.tree.sessions[s].kind is not SessionKind.ROOT
+        if state == NodeState.OK:
+            if ended:
+                self.sessions[s] = SessionState.COMPLETED
+                stats.children_completed += child
+        elif cancelled:
+            self.sessions[s] = SessionState.TRUNCATED
+            stats.children_truncated += child
+        else:
+            self.sessions[s] = SessionState.ERRORED
+            stats.children_errored += child
+            return child and state == NodeState.FAILED
+        return False
+
+    def truncate(self, stats: BranchStats) -> None:
+        """The phase ended with this run still open: what runs was cut short."""
+        for s, state in enumerate(self.sessions):
+            if state == SessionState.RUNNING:
+                self.sessions[s] = SessionState.TRUNCATED
+                stats.children_truncated += self.tree.sessions[s].kind is not SessionKind.ROOT
+        stats.joins_suppressed += len(self.suspended)
+        self.suspended.clear()
+
+    def launch(self, i: int, worker: str, stats: BranchStats) -> None:
+        """Node i is on the wire, on `worker`: its session runs, a suspended parent resumes."""
+        s = self.tree.nodes[i].session
+        if self.sessions[s] == SessionState.IDLE:
+            self.sessions[s] = SessionState.RUNNING
+            stats.children_spawned += self.tree.sessions[s].kind is not SessionKind.ROOT
+        if i in self.suspended:
+            self.suspended.discard(i)
+            stats.parents_resumed += 1
+        self.workers.add(worker)
+        self.nodes[i] = NodeState.SENT
+
+    def end(self, first: int, state: NodeState, cancelled: bool, stats: BranchStats) -> Ending:
+        """End a node, release or skip what depends on it, and settle the sessions that ends.
+        A join waits for its `join_deps` however they end; other dependencies must succeed."""
+        tree = self.tree
+        ready: list[int] = []
+        skipped = 0
+        root_ended = False
+        failed_child = None
+        stack = [(first, state)]
+        while stack:
+            i, state = stack.pop()
+            self.nodes[i] = state
+            self.open -= 1
+            skipped += state == NodeState.SKIPPED
+            self.suspended.discard(i)
+            node = tree.nodes[i]
+            self.session_open[node.session] -= 1
+            ended = not self.session_open[node.session]
+            if self.settle_session(node.session, state, cancelled, ended, stats):
+                failed_child = failed_child or (node.session, i)
+            root_ended = root_ended or (node.session == 0 and ended)
+            for j in node.dependents:
+                if self.nodes[j] != NodeState.PENDING:
+                    continue
+                waiter = tree.nodes[j]
+                if state != NodeState.OK and i not in waiter.join_deps:
+                    stack.append((j, NodeState.SKIPPED))
+                    continue
+                self.waiting[j] -= 1
+                if not self.waiting[j]:
+                    ready.append(j)
+                elif state == NodeState.OK and waiter.session == node.session and waiter.join_deps:
+                    self.suspended.add(j)  # the parent reached its join; children still running
+                    stats.parents_suspended += 1
+        return Ending(ready, skipped, root_ended, failed_child)
+
+    def unpin(self, worker: str) -> list[int]:
+        """`worker` is lost, and the histories it held: unpin its routes and return the nodes
+        not yet sent that would have needed them."""
+        routes = {route for route, held_by in self.pins.items() if held_by == worker}
+        if not routes:
+            return []
+        for route in routes:
+            del self.pins[route]
+        sessions = self.tree.sessions
+        return [
+            i
+            for i, node in enumerate(self.tree.nodes)
+            if sessions[node.session].route in routes and self.nodes[i] < NodeState.SENT
+        ]

@@ -1,0 +1,52 @@
+"""The dispatcher's parts on their own: timers and root arrivals (the rest is driven through the
+dispatcher in tests/test_dispatcher.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dagperf.config import LoadConfig
+from dagperf.engine.phase import Arrivals
+from dagperf.engine.timers import Timers
+from dagperf.graph import Payload
+from dagperf.graph.sessions import GraphNode, SessionSpec, compile_sessions
+
+
+def test_timers_fire_in_due_order_ties_in_the_order_set_and_include_ones_set_while_firing():
+    timers: Timers[str] = Timers()
+    timers.at(5.0, 1, "late")
+    timers.at(2.0, 2, "first")
+    timers.at(2.0, 3, "second")
+    fired = []
+    for due, kind, subject, _ in timers.due(4.0):
+        fired.append((due, kind, subject))
+        if subject == "first":
+            timers.at(3.0, 4, "set while firing")
+    assert fired == [(2.0, 2, "first"), (2.0, 3, "second"), (3.0, 4, "set while firing")]
+    assert timers.next_due() == 5.0
+    timers.clear()
+    assert timers.next_due() is None and list(timers.due(10.0)) == []
+
+
+def graph_with_starts(*starts: float):
+    node = GraphNode("x", Payload([{"role": "user", "content": "x"}]), (), None, 0.0)
+    specs = [SessionSpec(f"r{i}", (node,), start_s=s) for i, s in enumerate(starts)]
+    return compile_sessions("test", specs)
+
+
+def test_a_fixed_schedule_follows_the_trees_start_times_and_starts_over_never_earlier():
+    arrivals = Arrivals(graph_with_starts(10.0, 10.5, 12.0), LoadConfig(fixed_schedule=True))
+    assert arrivals.on
+    arrivals.begin(100.0, first_tree=0)
+    assert arrivals.after(100.0) == 100.5
+    assert arrivals.after(100.5) == 102.0
+    assert arrivals.after(102.0) == 102.0  # past the last tree: the first again, not earlier
+
+
+def test_poisson_arrivals_are_seeded_and_a_closed_loop_has_none():
+    graph = graph_with_starts(0.0)
+    a, b = (Arrivals(graph, LoadConfig(request_rate=10, random_seed=7)) for _ in range(2))
+    gaps = [a.after(0.0) for _ in range(200)]
+    assert gaps == [b.after(0.0) for _ in range(200)]
+    assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.25)
+    assert not Arrivals(graph, LoadConfig(concurrency=2)).on

@@ -1,0 +1,137 @@
+"""One phase of a run (a warm-up or the profiling): its limits, its counts and its arrivals.
+
+A phase starts roots until its root limit (each root once when nothing else bounds the run), a
+cap on sent requests, or a duration ends it; under `concurrency`, a root holds a slot until its
+last request ends. Roots arrive at once (a closed loop), as a Poisson process at `request_rate`,
+or each at its tree's `start_s` (`fixed_schedule`, relative to the phase's first root).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import IntEnum
+
+from dagperf.config import LoadConfig
+from dagperf.engine.branch_stats import BranchStats
+from dagperf.graph import RequestGraph
+
+
+class Phase(IntEnum):
+    WARMUP = 0
+    PROFILING = 1
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    phase: Phase
+    sent: int
+    completed: int
+    errors: int
+    in_flight: int
+    expected: int | None  # requests this phase will send, when known
+    roots_started: int
+
+
+class PhasePlan:
+    """What one phase may start and send, and what it has so far."""
+
+    def __init__(self, phase: Phase, graph: RequestGraph, load: LoadConfig, first_tree: int):
+        self.phase = phase
+        self.branch_stats = BranchStats()
+        self.sent = self.completed = self.errors = 0
+        self.skipped = 0  # requests never sent: what they depended on failed
+        self.roots_started = self.active_roots = 0
+        self.arrivals = 0  # roots that arrived and wait for a slot
+        if phase is Phase.WARMUP:
+            self.cap: int | None = load.warmup_request_count
+            self.roots_limit: int | None = None
+        else:
+            self.cap = load.request_count
+            self.roots_limit = load.num_conversations
+            if self.roots_limit is None and self.cap is None and not load.benchmark_duration:
+                self.roots_limit = graph.root_count  # each root once
+        self._planned = self._planned_requests(graph, first_tree)
+
+    def _planned_requests(self, graph: RequestGraph, first_tree: int) -> int | None:
+        """The requests of the roots this phase will start, when it starts a known number."""
+        if self.roots_limit is None:
+            return None
+        sizes = [len(t.nodes) for t in graph.trees]
+        full, rest = divmod(self.roots_limit, len(sizes))
+        return full * sum(sizes) + sum(sizes[(first_tree + k) % len(sizes)] for k in range(rest))
+
+    def expected(self) -> int | None:
+        """Requests this phase will send: a skipped request lowers a count of roots' requests
+        (so progress still ends at 100%), not a cap on the wire (other requests fill it)."""
+        if self._planned is None:
+            return self.cap
+        left = self._planned - self.skipped
+        return left if self.cap is None else min(left, self.cap)
+
+    def progress(self, in_flight: int) -> Progress:
+        return Progress(
+            self.phase, self.sent, self.completed, self.errors, in_flight, self.expected(),
+            self.roots_started,
+        )  # fmt: skip
+
+    @property
+    def roots_done(self) -> bool:
+        return self.roots_limit is not None and self.roots_started >= self.roots_limit
+
+    @property
+    def capped(self) -> bool:
+        return self.cap is not None and self.sent >= self.cap
+
+    def admit(self, concurrency: int | None, arrive: bool) -> bool:
+        """Whether a root may start now (taking its arrival, when roots arrive)."""
+        if self.roots_done or (concurrency is not None and self.active_roots >= concurrency):
+            return False
+        if arrive:
+            if not self.arrivals:
+                return False
+            self.arrivals -= 1
+        self.roots_started += 1
+        self.active_roots += 1
+        return True
+
+    def arrive(self) -> bool:
+        """A root arrived: whether more may follow."""
+        self.arrivals += 1
+        return self.roots_limit is None or self.roots_started + self.arrivals < self.roots_limit
+
+
+class Arrivals:
+    """When roots arrive: Poisson at `request_rate`, or on the trees' fixed schedule, which
+    starts over past the last tree (never earlier than the arrival before)."""
+
+    def __init__(self, graph: RequestGraph, load: LoadConfig):
+        if load.fixed_schedule and any(tree.start_s is None for tree in graph.trees):
+            raise ValueError("a fixed schedule needs a start time on every tree")
+        self._starts = [tree.start_s or 0.0 for tree in graph.trees]
+        self._rate = load.request_rate
+        self._fixed = load.fixed_schedule
+        self._rng = random.Random(load.random_seed)
+        self._first = self._count = 0
+        self._t0 = 0.0
+
+    @property
+    def on(self) -> bool:
+        """Whether roots wait for arrivals at all (else they start as slots allow)."""
+        return bool(self._rate or self._fixed)
+
+    def begin(self, now: float, first_tree: int) -> None:
+        self._first, self._count, self._t0 = first_tree, 0, now
+
+    def after(self, due: float) -> float:
+        """When the next root arrives, given that one arrived at `due`."""
+        if not self._fixed:
+            assert self._rate is not None
+            return due + self._rng.expovariate(self._rate)
+        self._count += 1
+        starts, first = self._starts, self._first
+        return max(due, self._t0 + starts[(first + self._count) % len(starts)] - starts[first])
