@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dagperf import loops
+from dagperf.runtime import loops
 from endpoint import Running, ceiling
 from routing import routing_throughput
 from tools import AIPerf, Dagperf, dataset, find_aiperf, run

@@ -273,6 +273,20 @@ async def test_an_invalid_dataset_fails_with_the_loaders_errors_and_launches_not
     assert await api.get(f"{CORE}/services/demo-scheduler") is None
 
 
+async def test_an_invalid_session_config_fails_with_its_problems_and_launches_nothing(kube):
+    _, api, _ = kube
+    config = b"num_sessions: 0\nsession_graph: {type: linear}\nsurprise: 1\n"
+    await api.create(f"{CORE}/configmaps", config_map(config, key="sessions.yaml"))
+    dataset = {"configMapRef": {"name": "data"}, "type": "session_config"}
+    await api.create(BENCH, benchmark(dataset=dataset))
+    b = await api.until(NS, "demo", phase("Failed"))
+    valid = condition(b, "DatasetValid")
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidDataset")
+    assert "num_sessions: Input should be greater than or equal to 1" in valid["message"]
+    assert "surprise: unknown field" in valid["message"]
+    assert await api.get(f"{JOBS}/demo-scheduler") is None
+
+
 async def test_a_missing_config_map(kube):
     _, api, _ = kube
     await api.create(BENCH, benchmark())

@@ -144,6 +144,39 @@ async def test_suspending_a_running_benchmark_keeps_what_it_measured(node):
     assert deployment["spec"]["replicas"] == 0
 
 
+SESSIONS = """
+seed: 3
+num_sessions: 4
+session_graph:
+  type: linear
+  num_request_generator: {type: fixed, value: 3}
+  inherit_history: true
+prompt:
+  input_length: {type: fixed, value: 32}
+  output_length: {type: fixed, value: 4}
+"""
+
+
+async def test_a_synthetic_session_config_runs_from_a_config_map(node):
+    """dataset.type session_config: the ConfigMap holds a session config, which the operator
+    checks and the scheduler generates its sessions from (4 sessions of 3 turns)."""
+    api, kubelet, sim, gate = node
+    await api.create(f"/api/v1/namespaces/{NS}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sessions"},
+        "data": {"sessions.yaml": SESSIONS},
+    })  # fmt: skip
+    gate.open()
+    dataset = {"configMapRef": {"name": "sessions"}, "type": "session_config"}
+    await start(api, sim, dataset=dataset, load={"concurrency": 2})
+    done = await api.until(NS, "demo", phase("Succeeded"), timeout=60)
+    assert done["status"]["progress"]["display"] == "12/12"
+    assert condition(done, "DatasetValid")["message"] == "configmap/sessions key sessions.yaml"
+    records = read_jsonl(kubelet.claim("bench-results") / "demo" / "profile_export.jsonl")
+    assert len(records) == 12 and not any(r["error"] for r in records)
+    turns = sorted(r["metadata"]["turn_index"] for r in records)
+    assert turns == [0] * 4 + [1] * 4 + [2] * 4
+
+
 async def pod_names(api) -> list[str]:
     found = await api.get(f"/api/v1/namespaces/{NS}/pods")
     return [p["metadata"]["name"] for p in found["items"]]

@@ -286,7 +286,9 @@ def test_every_load_and_health_option_goes_from_a_benchmark_to_the_scheduler_s_f
     """One options model: each field of the CLI's LoadConfig and HealthOptions is a Benchmark
     field (by the CRD's name), as are --goodput and --max-error-rate, and each reaches the
     scheduler pod as the flag the CLI parses back to the same value."""
-    from dagperf.cli import _model_from_flags, _parser, _report_options
+    from dagperf.cli import build_parser
+    from dagperf.cli.benchmark import report_options
+    from dagperf.cli.flags import model_from_flags
     from dagperf.config import LoadConfig
     from dagperf.health import HealthOptions
     from dagperf_operator.spec import LOAD_NAMES
@@ -306,12 +308,12 @@ def test_every_load_and_health_option_goes_from_a_benchmark_to_the_scheduler_s_f
         "verdict": {"maxErrorRate": 0.05, "goodput": goodput},
     })  # fmt: skip
     command = manifests.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(command[1:])
-    assert _model_from_flags(parser, args, LoadConfig) == LoadConfig(**LOAD_SAMPLES)
-    health_read = _model_from_flags(parser, args, HealthOptions, prefix="health_")
+    assert model_from_flags(parser, args, LoadConfig) == LoadConfig(**LOAD_SAMPLES)
+    health_read = model_from_flags(parser, args, HealthOptions, prefix="health_")
     assert health_read == HealthOptions(**HEALTH_SAMPLES)
-    report = _report_options(parser, args, tmp_path)
+    report = report_options(parser, args, tmp_path)
     assert (report["max_error_rate"], report["goodput"]) == (0.05, goodput)
 
 

@@ -36,7 +36,7 @@ from dagperf.contract import RunState, StatusReport, decode_status
 from dagperf.dataset import DatasetError
 from dagperf.keys import KeySet
 from dagperf.metrics.tokens import TokenCounter, TokenizerError
-from dagperf.sources import parse_graph
+from dagperf.sources import SESSION_CONFIG, parse_graph, parse_synthetic_graph
 from dagperf_operator import manifests
 from dagperf_operator import status as st
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
@@ -216,8 +216,12 @@ def _check_dataset(
         key = next(iter(files))
     if key not in files:
         return key, [f"configmap/{ref.name} has no key {key!r}"]
+    source = f"configmap/{ref.name}/{key}"
     try:
-        parse_graph(io.BytesIO(files[key]), f"configmap/{ref.name}/{key}", spec.dataset.type)
+        if spec.dataset.type == SESSION_CONFIG:
+            parse_synthetic_graph(files[key], source)
+        else:
+            parse_graph(io.BytesIO(files[key]), source, spec.dataset.type)
     except DatasetError as e:
         return key, [p.short() for p in e.problems]
     return key, []

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dagperf.keys import SCHEDULER_FILES, WORKER_FILES
+from dagperf.sources import SESSION_CONFIG
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec, Placement, health_options, load_config
 
@@ -183,18 +184,13 @@ def scheduler_command(
     name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings
 ) -> list[str]:
     e, load = spec.endpoint, spec.load
-    command = [
-        "dagperf",
-        "scheduler",
-        "--input-file",
-        f"{DATASET_DIR}/{dataset_key}",
-        "--custom-dataset-type",
-        spec.dataset.type,
-        "--url",
-        e.url,
-        "--endpoint-type",
-        e.type,
-    ]
+    dataset = f"{DATASET_DIR}/{dataset_key}"
+    command = ["dagperf", "scheduler"]
+    if spec.dataset.type == SESSION_CONFIG:
+        command += ["--session-config", dataset]
+    else:
+        command += ["--input-file", dataset, "--custom-dataset-type", spec.dataset.type]
+    command += ["--url", e.url, "--endpoint-type", e.type]
     if e.model:
         command += ["--model", e.model]
     if e.streaming:

@@ -72,8 +72,12 @@ class FileRef(_Model):
 
 class Dataset(_Model):
     config_map_ref: ConfigMapRef = Field(description="Where the dataset file is.")
-    type: Literal["dag_jsonl", "session_graph", "mooncake_trace", "timed_synthetic_session"] = (
-        Field(default="dag_jsonl", description="The file's format (--custom-dataset-type).")
+    type: Literal[
+        "dag_jsonl", "session_graph", "mooncake_trace", "timed_synthetic_session", "session_config"
+    ] = Field(
+        default="dag_jsonl",
+        description="The file's format (--custom-dataset-type), or session_config: the file is "
+        "a synthetic session config (--session-config) that generates the sessions.",
     )
     tokenizer: FileRef | None = Field(
         default=None,

@@ -7,7 +7,7 @@ encrypted as a cluster's is; without `--url`, a `dagperf simulate` child serves 
 Everything started here is stopped here, on success, failure or Ctrl-C (the first asks the
 scheduler to cancel and write what it has; a second one stops at once), and the socket
 directory is removed; if this process is killed outright, its children die with it
-(`dagperf.lifeline`).
+(`dagperf.runtime.lifeline`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from typing import Any
 
 import aiohttp
 
-from dagperf import lifeline, loops
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.console import Console
 from dagperf.graph import RequestGraph
 from dagperf.keys import WORKER_FILES, KeySet, load_scheduler_keys
+from dagperf.runtime import lifeline, loops
 from dagperf.scheduler import Artifacts, Outcome, Scheduler, SchedulerError, SchedulerOptions
 
 log = logging.getLogger(__name__)

@@ -70,13 +70,28 @@ def parse_graph(stream: BinaryIO, source: str, dataset_type: str) -> RequestGrap
     return parse_stream(stream, source, FILE_TYPES[dataset_type])
 
 
-def synthetic_graph(config_path: str | Path) -> RequestGraph:
-    """The sessions a session config generates; its errors become a DatasetError."""
-    from dagperf.synthetic import ConfigError, generate_sessions, load_session_config
+SESSION_CONFIG = "session_config"  # a Benchmark's dataset type for a synthetic session config
 
-    source = str(config_path)
+
+def synthetic_graph(config_path: str | Path) -> RequestGraph:
+    """The sessions a session config file generates; its errors become a DatasetError."""
+    from dagperf.synthetic import load_session_config
+
+    return _generated(str(config_path), lambda: load_session_config(config_path))
+
+
+def parse_synthetic_graph(text: bytes, source: str) -> RequestGraph:
+    """The sessions a session config held in memory generates (a ConfigMap's key)."""
+    from dagperf.synthetic import read_session_config
+
+    return _generated(source, lambda: read_session_config(text, source))
+
+
+def _generated(source: str, read: Callable[[], Any]) -> RequestGraph:
+    from dagperf.synthetic import ConfigError, generate_sessions
+
     try:
-        config = load_session_config(config_path)
+        config = read()
     except ConfigError as e:
         raise DatasetError([Problem(e.source, None, p) for p in e.problems]) from None
     return _compile(source, generate_sessions(config), None)

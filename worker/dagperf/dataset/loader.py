@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from dagperf.dataset.dag_jsonl import UNION_TAGS, Branch, DagConversation, conversation_branches
 from dagperf.dataset.limits import line_problem, too_deep
 from dagperf.dataset.rules import conversation_problems, file_problems
-from dagperf.gcpause import gc_paused
+from dagperf.runtime.gcpause import gc_paused
 
 MAX_PROBLEMS = 100
 _SESSION_ID = re.compile(rb'"session_id"\s*:\s*"([^"\\]{1,200})"')

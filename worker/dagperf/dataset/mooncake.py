@@ -41,7 +41,7 @@ from dagperf.dataset.limits import ArrivalMs, OutputTokens, PromptTokens, WaitMs
 from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.dataset.prompts import blocks_prompt, passage
 from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
-from dagperf.gcpause import gc_paused
+from dagperf.runtime.gcpause import gc_paused
 
 BLOCK_SIZE = 512  # tokens per hash id, as in the published Mooncake traces
 BlockId = Annotated[int, Field(ge=0, strict=True)]

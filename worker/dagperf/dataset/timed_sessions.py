@@ -57,7 +57,7 @@ from dagperf.dataset.specs import (
     SessionSpec,
     parents_first,
 )
-from dagperf.gcpause import gc_paused
+from dagperf.runtime.gcpause import gc_paused
 
 
 def _id_text(value: Any) -> Any:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from dagperf.dataset.dag_jsonl import Branch, BranchMode, DagConversation
 from dagperf.dataset.loader import DagDataset, DatasetError, Problem
-from dagperf.gcpause import gc_paused
 from dagperf.graph.model import Node, Payload, RequestGraph, Session, SessionKind, Tree
+from dagperf.runtime.gcpause import gc_paused
 
 MAX_TREE_REQUESTS = 1_000_000
 

@@ -26,8 +26,8 @@ from dagperf.dataset.specs import (
     SessionSpec,
     parents_first,
 )
-from dagperf.gcpause import gc_paused
 from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Tree
+from dagperf.runtime.gcpause import gc_paused
 
 __all__ = [
     "DEFAULT_CONTEXT_MODE", "REFUSED_CONTEXT_MODE", "ContextMode", "GraphNode", "SessionSpec",

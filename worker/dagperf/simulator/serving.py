@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from dagperf import loops
+from dagperf.runtime import loops
 from dagperf.simulator.config import SimConfig
 from dagperf.simulator.server import Simulator
 

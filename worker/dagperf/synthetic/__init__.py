@@ -15,6 +15,7 @@ from dagperf.synthetic.config import (
     SingleRequestGraph,
     load_session_config,
     parse_session_config,
+    read_session_config,
 )
 from dagperf.synthetic.generate import generate_sessions
 
@@ -28,4 +29,5 @@ __all__ = [
     "generate_sessions",
     "load_session_config",
     "parse_session_config",
+    "read_session_config",
 ]

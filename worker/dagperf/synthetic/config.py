@@ -135,6 +135,16 @@ def load_session_config(path: str | Path) -> SessionConfig:
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ConfigError(source, [f"cannot read the session config: {reason}"]) from None
+    return read_session_config(text, source)
+
+
+def read_session_config(text: str | bytes, source: str) -> SessionConfig:
+    """Validate a YAML or JSON session config held in memory (a ConfigMap's key, say)."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(source, [f"cannot read the session config: {e}"]) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
     except yaml.MarkedYAMLError as e:

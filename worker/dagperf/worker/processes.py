@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from dagperf import lifeline, loops
+from dagperf.runtime import lifeline, loops
 from dagperf.worker.options import WorkerConfig
 from dagperf.worker.shell import Worker
 

@@ -1,0 +1,312 @@
+"""What every command that runs a benchmark takes (dataset, endpoint, load, health, output,
+metrics), checked before anything starts, and how its outcome becomes an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from dagperf import verdict
+from dagperf.cli.flags import add_model_flags, log_flags
+from dagperf.config import EndpointConfig, LoadConfig
+from dagperf.dataset import DatasetError
+from dagperf.graph import RequestGraph
+from dagperf.health import HealthOptions, health_command
+from dagperf.sources import FILE_TYPES, load_graph, resolve_schedule, synthetic_graph
+
+DATASET_TYPES = tuple(FILE_TYPES)
+
+
+log = logging.getLogger("dagperf")
+
+
+def benchmark_flags(parser: argparse.ArgumentParser, url_required: bool) -> None:
+    """What every command that runs a benchmark takes: dataset, endpoint, load, health."""
+    _dataset_flags(parser)
+    _endpoint_flags(parser, url_required)
+    add_model_flags(parser, LoadConfig, "load")
+    add_model_flags(parser, HealthOptions, "health checks (after the run)", prefix="health-")
+
+
+def _dataset_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("dataset (a file, or a synthetic session config)")
+    group.add_argument("--input-file", metavar="FILE", help="the dataset file")
+    group.add_argument(
+        "--custom-dataset-type",
+        choices=DATASET_TYPES,
+        default="dag_jsonl",
+        help="its format (default: %(default)s)",
+    )
+    group.add_argument(
+        "--session-config",
+        metavar="FILE",
+        help="generate the sessions from this YAML/JSON config (graph shape, lengths, seed) "
+        "instead of reading a dataset file",
+    )
+
+
+def _endpoint_flags(parser: argparse.ArgumentParser, url_required: bool) -> None:
+    group = parser.add_argument_group("endpoint")
+    group.add_argument(
+        "--url",
+        required=url_required,
+        help="server base URL" + ("" if url_required else " (default: the built-in simulator)"),
+    )
+    group.add_argument("-m", "--model", help="model name (default: the first one the server lists)")
+    group.add_argument("--endpoint-type", choices=("chat", "completions"), default="chat")
+    group.add_argument("--endpoint", help="request path, if not the standard one for the type")
+    group.add_argument("--streaming", action="store_true", help="stream responses")
+    group.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY)")
+    group.add_argument(
+        "--extra-inputs",
+        action="append",
+        default=[],
+        metavar="KEY:VALUE",
+        help="add a body field to every request (repeatable; VALUE parsed as JSON "
+        "when it can be, or give a whole JSON object)",
+    )
+    group.add_argument("--request-timeout-seconds", type=float, default=600.0, metavar="S")
+    group.add_argument(
+        "--session-affinity-header",
+        default="X-Session-Affinity",
+        metavar="NAME",
+        help="header carrying each request's routing key ('' for none)",
+    )
+
+
+def output_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--artifact-dir",
+        "--output-artifact-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the export files go (default: artifacts/<dataset>-<type>-<load>)",
+    )
+    group.add_argument("--quiet", action="store_true", help="no progress, only the summary")
+    log_flags(parser)
+
+
+def report_flags(parser: argparse.ArgumentParser, metrics_port: int | None) -> None:
+    group = parser.add_argument_group("metrics")
+    group.add_argument(
+        "--tokenizer", metavar="PATH",
+        help="a local tokenizer.json (or its directory) for token counts the server does not "
+        "report; never downloaded (default: the server's usage, else estimates)",
+    )  # fmt: skip
+    group.add_argument(
+        "--goodput", action="append", default=[], metavar='"METRIC:VALUE ..."',
+        help="service-level objectives, e.g. \"time_to_first_token:100 inter_token_latency:10\" "
+        "(ms; a floor for output_token_throughput_per_user): goodput counts requests meeting all",
+    )  # fmt: skip
+    shown = "off" if metrics_port is None else str(metrics_port)
+    group.add_argument(
+        "--metrics-port", type=int, default=metrics_port, metavar="PORT",
+        help=f"serve /metrics (Prometheus), /status and /healthz on this port (default: {shown}; "
+        "0 picks a free one)",
+    )  # fmt: skip
+    group.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
+    group.add_argument(
+        "--metrics-linger", type=float, default=0.0, metavar="S",
+        help="keep serving /metrics this long after the run, for a last scrape",
+    )  # fmt: skip
+    group.add_argument(
+        "--summary-file", type=Path, metavar="PATH",
+        help="also write a compact JSON summary (under 4 KB) here, e.g. a termination message",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-error-rate", type=float, default=1.0, metavar="FRACTION",
+        help="fail the run (exit code 3) when more than this fraction of requests failed "
+        "(default: 1.0, only when every request failed)",
+    )  # fmt: skip
+    group.add_argument(
+        "--benchmark-name", metavar="NAME",
+        help="the `benchmark` label of the live metrics (default: the artifact directory's name)",
+    )  # fmt: skip
+
+
+def report_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, artifact_dir: Path
+) -> dict[str, Any]:
+    """Scheduler settings from the metrics flags, checked before anything starts."""
+    from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
+    from dagperf.metrics.tokens import TokenizerError, read_tokenizer
+
+    tokenizer_json = None
+    if args.tokenizer is not None:
+        try:
+            tokenizer_json = read_tokenizer(args.tokenizer)
+        except TokenizerError as e:
+            parser.error(f"--tokenizer: {e}")
+    goodput: dict[str, float] = {}
+    for item in " ".join(args.goodput).split():
+        name, _, raw = item.partition(":")
+        if name not in OBJECTIVE_IS_CEILING:
+            known = ", ".join(OBJECTIVE_IS_CEILING)
+            parser.error(f"--goodput: {name!r} is not a metric an objective can name ({known})")
+        try:
+            goodput[name] = float(raw)
+        except ValueError:
+            parser.error(f"--goodput: expected METRIC:VALUE with a number, got {item!r}")
+    if not 0.0 <= args.max_error_rate <= 1.0:  # also refuses nan
+        parser.error(f"--max-error-rate: a fraction from 0 to 1, got {args.max_error_rate}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        parser.error(f"--metrics-port: not a port: {args.metrics_port}")
+    return {
+        "goodput": goodput or None,
+        "tokenizer_json": tokenizer_json,
+        "benchmark": args.benchmark_name or artifact_dir.name,
+        "metrics_port": args.metrics_port,
+        "metrics_host": args.metrics_host,
+        "metrics_linger_s": args.metrics_linger,
+        "summary_file": args.summary_file,
+        "max_error_rate": args.max_error_rate,
+    }
+
+
+def read_graph(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: typing.TextIO = sys.stderr
+) -> RequestGraph | None:
+    """The graph the flags name, or None after printing every problem with it."""
+    path, config = args.input_file, args.session_config
+    if (path is None) == (config is None):
+        parser.error("give a dataset file or --session-config FILE (one of them)")
+    kind = "session config" if config else args.custom_dataset_type
+    try:
+        return synthetic_graph(config) if config else load_graph(path, args.custom_dataset_type)
+    except DatasetError as e:
+        for problem in e.problems:
+            print(problem, file=out)
+        print(f"{config or path}: invalid {kind}, {len(e.problems)} problem(s)", file=out)
+        return None
+
+
+def graph_and_load(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, load: LoadConfig
+) -> tuple[RequestGraph, LoadConfig] | None:
+    graph = read_graph(parser, args)
+    if graph is None:
+        return None
+    try:
+        load = resolve_schedule(_default_stop(load, graph), graph)
+    except ValueError as e:
+        parser.error(str(e))
+    return graph, load
+
+
+def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    fields = {
+        "url": args.url,
+        "model": args.model,
+        "endpoint_type": args.endpoint_type,
+        "endpoint": args.endpoint,
+        "streaming": args.streaming,
+        "api_key": args.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        "extra_inputs": _extra_inputs(parser, args.extra_inputs),
+        "request_timeout_seconds": args.request_timeout_seconds,
+        "session_affinity_header": args.session_affinity_header,
+    }
+    try:  # check the flags now, with stand-ins for what is only known once a server runs
+        EndpointConfig(**(fields | {"url": args.url or "127.0.0.1", "model": args.model or "-"}))
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        flag = "--" + str(first["loc"][0] if first["loc"] else "url").replace("_", "-")
+        parser.error(f"{flag}: {first['msg'].removeprefix('Value error, ')}")
+    return fields
+
+
+def _extra_inputs(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        if item.lstrip().startswith("{"):
+            try:
+                value = json.loads(item)
+            except ValueError as e:
+                parser.error(f"--extra-inputs: not a JSON object: {e}")
+            if not isinstance(value, dict):
+                parser.error("--extra-inputs: not a JSON object")
+            out.update(value)
+            continue
+        key, sep, raw = item.partition(":")
+        if not sep or not key:
+            parser.error(f"--extra-inputs: expected KEY:VALUE or a JSON object, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def _default_stop(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
+    if load.request_count or load.num_conversations or load.benchmark_duration:
+        return load
+    log.info(
+        "No request count or conversation count provided; defaulting --num-conversations to %d "
+        "(run each root in the file once). Use --request-count for a literal wire-request cap "
+        "instead.",
+        graph.root_count,
+    )
+    return load.model_copy(update={"num_conversations": graph.root_count})
+
+
+def artifact_dir_for(args: argparse.Namespace, load: LoadConfig) -> Path:
+    if args.artifact_dir is not None:
+        return Path(args.artifact_dir)
+    if load.request_rate:
+        shape = f"rate{load.request_rate:g}"
+    elif load.fixed_schedule:
+        shape = "schedule" + (f"-concurrency{load.concurrency}" if load.concurrency else "")
+    else:
+        shape = f"concurrency{load.concurrency or 1}"
+    name = Path(args.session_config or args.input_file).name.split(".")[0]
+    return Path("artifacts") / f"{name}-{args.endpoint_type}-{shape}"
+
+
+def recorded_inputs(
+    args: argparse.Namespace, load: LoadConfig, workers: int, options: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "dataset": {"path": str(args.input_file), "type": args.custom_dataset_type}
+        if args.input_file
+        else {"path": str(args.session_config), "type": "synthetic"},
+        "load": load.model_dump(mode="json"),
+        "workers": workers,
+        "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None,
+        "goodput": options["goodput"],
+    }
+
+
+def ensure_writable(parser: argparse.ArgumentParser, directory: Path) -> None:
+    """Create the artifact directory and write in it now, before a process starts or a
+    request is sent: a run whose results cannot be kept should not begin."""
+    probe = directory / f".dagperf-probe-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        parser.error(f"--artifact-dir: cannot write to {directory}: {e.strerror or e}")
+
+
+def report_outcome(outcome: Any, console: Any, artifact_dir: Path, health: HealthOptions) -> int:
+    console.summary(outcome.document, str(artifact_dir))
+    if (artifact_dir / "profile_export_aiperf.json").exists():  # not when the disk was full
+        # The verdict is printed and exported; the exit code stays the run's own.
+        health_command(str(artifact_dir), health)
+    if outcome.failure:
+        print(f"dagperf: the run failed: {outcome.failure}", file=sys.stderr)
+        return verdict.RUN_FAILED
+    if outcome.interrupted:
+        return verdict.SIGNALLED
+    if outcome.rejected:
+        print(f"dagperf: the endpoint failed the run: {outcome.rejected}", file=sys.stderr)
+        return verdict.ENDPOINT_FAILED
+    return verdict.OK

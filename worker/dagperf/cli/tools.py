@@ -1,0 +1,127 @@
+"""The commands around a run: `validate` a dataset, `health` of a finished run, `keys` for the
+roles, and `simulate` (the built-in simulated LLM on its own)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dagperf.cli.benchmark import DATASET_TYPES, read_graph
+from dagperf.cli.flags import Commands, add_model_flags, model_from_flags
+from dagperf.health import HealthOptions, health_command
+from dagperf.keys import FILES, KeySet
+from dagperf.simulator import SimConfig
+from dagperf.sources import summary
+
+
+def add_validate(commands: Commands) -> None:
+    validate = commands.add_parser(
+        "validate",
+        help="check a dataset file and summarize it",
+        description="Check a dataset file. Exit 0 with a summary, or 1 with every problem as "
+        "FILE:LINE: message.",
+    )
+    validate.add_argument("input_file", metavar="FILE", nargs="?", help="a dataset file")
+    validate.add_argument(
+        "--custom-dataset-type",
+        choices=DATASET_TYPES,
+        default="dag_jsonl",
+        help="the file's format (default: %(default)s)",
+    )
+    validate.add_argument(
+        "--session-config", metavar="FILE", help="check a synthetic session config instead"
+    )
+    validate.add_argument("--json", action="store_true", help="print the summary as JSON")
+    validate.set_defaults(run=_validate)
+
+
+def add_health(commands: Commands) -> None:
+    health = commands.add_parser(
+        "health",
+        help="check a finished run's artifacts",
+        description="Check a run from its artifact directory: no request sent before its "
+        "dependencies finished (plus its delay) nor later than the slack, root sessions within "
+        "the concurrency, the root rate within tolerance, ignore_eos replies as long as asked. "
+        "Writes health_check.json there. Exit 0 when every check passed or was skipped, 1 when "
+        "one failed, 2 when the artifacts cannot be read.",
+    )
+    health.add_argument("artifact_dir", metavar="ARTIFACT_DIR")
+    add_model_flags(health, HealthOptions, "tolerances")
+    health.set_defaults(run=_health)
+
+
+def add_keys(commands: Commands) -> None:
+    keys = commands.add_parser(
+        "keys",
+        help="make a key set for the scheduler and worker roles",
+        description="Write a new CURVE key set and control token into DIR (created 0700, files "
+        "0600): give the scheduler scheduler.public, scheduler.secret, worker.public and "
+        "control.token; give each worker scheduler.public, worker.public and worker.secret; "
+        "POST /stop needs control.token as a bearer token.",
+    )
+    keys.add_argument("directory", metavar="DIR", type=Path)
+    keys.add_argument("--force", action="store_true", help="replace a key set already there")
+    keys.set_defaults(run=_keys)
+
+
+def add_simulate(commands: Commands) -> None:
+    simulate = commands.add_parser(
+        "simulate",
+        help="serve the built-in simulated LLM",
+        description="Serve an OpenAI-compatible simulated LLM with a prefix cache and a timing "
+        "model, until interrupted.",
+    )
+    simulate.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    simulate.add_argument(
+        "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
+    )
+    add_model_flags(simulate, SimConfig, "simulator")
+    simulate.set_defaults(run=_simulate)
+
+
+def _keys(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    present = [name for name in FILES if (args.directory / name).exists()]
+    if present and not args.force:
+        print(f"dagperf: {args.directory} already holds keys ({', '.join(present)}); "
+              "--force replaces them", file=sys.stderr)  # fmt: skip
+        return 1
+    try:
+        KeySet.generate().write(args.directory)
+    except OSError as e:
+        print(f"dagperf: cannot write keys to {args.directory}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"wrote a key set to {args.directory}: {', '.join(FILES)}")
+    return 0
+
+
+def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    graph = read_graph(parser, args, out=sys.stdout)
+    if graph is None:
+        return 1
+    name = args.session_config or args.input_file
+    figures = summary(graph)
+    if args.json:
+        keys = {name: name.lower().replace(" ", "_") for name in figures}
+        print(json.dumps({"file": name} | {keys[k]: v for k, v in figures.items()}))
+    else:
+        kind = "session config" if args.session_config else args.custom_dataset_type
+        print(f"{name}: valid {kind}")
+        for label, value in figures.items():
+            print(f"  {label:<18}{value:>10,}")
+    return 0
+
+
+def _health(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    return health_command(args.artifact_dir, model_from_flags(parser, args, HealthOptions))
+
+
+def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dagperf.simulator import serve_simulator
+
+    config = model_from_flags(parser, args, SimConfig)
+    serve_simulator(config, args.host, args.port)
+    return 0
