@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 
 import aiohttp
@@ -21,7 +22,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from dagperf_operator import manifests
+from dagperf_operator import chart_doc, manifests
+from dagperf_operator.chart_doc import reference
 from dagperf_operator.cli import parser as operator_parser
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
@@ -149,6 +151,57 @@ def test_the_operator_deployment_is_configured_as_the_operator_reads_it(tmp_path
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["resources"]["requests"]["memory"]
+
+
+# A value for each chart key that sets an operator setting, each unlike its default.
+CHART_SAMPLES = {
+    "image.pullPolicy": "Always",
+    # (helm merges a map into the default: each sample sets every key the default has)
+    "benchmarkDefaults.scheduler.resources": {
+        "requests": {"cpu": "3", "memory": "1Gi"},
+        "limits": {"memory": "2Gi"},
+    },
+    "benchmarkDefaults.worker.resources": {
+        "requests": {"cpu": "250m", "memory": "64Mi"},
+        "limits": {"memory": "3Gi"},
+    },
+    "benchmarkDefaults.zmqPort": 6001,
+    "benchmarkDefaults.metricsPort": 9191,
+    "benchmarkDefaults.metricsLingerSeconds": 7.5,
+    "benchmarkDefaults.networkPolicy": False,
+    "operator.pollIntervalSeconds": 2.5,
+}
+
+
+def test_every_chart_value_reaches_the_operator_setting_it_names(tmp_path):
+    """One options model: each OperatorSettings field names the values key that sets it; a
+    helm render with every key changed gives an operator environment that reads back as those
+    values, the chart sets no DAGPERF_ variable that is not a setting, and the chart's README
+    is the reference generated from the same fields."""
+    chart_keys = {s.name: s.metadata["chart"] for s in fields(OperatorSettings)}
+    flags = ["--set", "image.repository=registry.example/d", "--set", "image.tag=9.9"]
+    for key, value in CHART_SAMPLES.items():
+        flags += ["--set-json", f"{key}={json.dumps(value)}"]
+    env = operator_env(render(*flags), tmp_path)
+    read, defaults = OperatorSettings.from_env(env), OperatorSettings()
+    for name, key in chart_keys.items():
+        if key is None:
+            assert name == "control_key" or getattr(read, name) == getattr(defaults, name)
+        elif name == "image":
+            assert read.image == "registry.example/d:9.9"
+        else:
+            assert getattr(read, name) == CHART_SAMPLES[key], name
+            assert CHART_SAMPLES[key] != getattr(defaults, name), (
+                f"a sample unlike {name}'s default"
+            )
+    assert set(CHART_SAMPLES) == {k for n, k in chart_keys.items() if k and n != "image"}
+    set_by_chart = {k.removeprefix("DAGPERF_").lower() for k in env if k.startswith("DAGPERF_")}
+    assert set_by_chart - {"control_key_file"} == {n for n, k in chart_keys.items() if k}
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = CHART / "README.md"
+    assert readme.read_text() == reference(values), (
+        f"run: python -m {chart_doc.__name__} > {readme}"
+    )
 
 
 def test_the_operator_deployment_runs_the_operator_command():

@@ -18,28 +18,76 @@ import hmac
 import json
 import os
 import secrets
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 
 
+def _about(chart: str | None, doc: str) -> dict[str, Any]:
+    """A setting's metadata: the chart's values key that sets it (None: not a chart value, and
+    `doc` says why) and what it does. The chart passes it as `DAGPERF_<NAME>`."""
+    return {"chart": chart, "doc": doc}
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
-    image: str = "dagperf:latest"
-    image_pull_policy: str = "IfNotPresent"
-    scheduler_resources: dict[str, Any] = field(default_factory=lambda: DEFAULT_RESOURCES)
-    worker_resources: dict[str, Any] = field(default_factory=lambda: DEFAULT_RESOURCES)
-    zmq_port: int = 5555
-    metrics_port: int = 9090
-    # How the operator reaches a scheduler's HTTP port: its Service's cluster DNS name.
-    status_url: str = "http://{service}.{namespace}.svc:{port}"
-    poll_interval_s: float = 5.0
-    metrics_linger_s: float = 15.0  # the scheduler keeps /metrics up this long after its run
-    run_as_user: int = 10001
-    network_policy: bool = True  # admit only the Benchmark's workers to its scheduler's port
-    control_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    image: str = field(default="dagperf:latest", metadata=_about(
+        "image.repository, image.tag",
+        "The image of benchmark pods (the operator's own): repository and tag (default: the "
+        "chart's appVersion).",
+    ))  # fmt: skip
+    image_pull_policy: str = field(
+        default="IfNotPresent",
+        metadata=_about("image.pullPolicy", "Pull policy of benchmark pods."),
+    )
+    scheduler_resources: dict[str, Any] = field(
+        default_factory=lambda: DEFAULT_RESOURCES,
+        metadata=_about(
+            "benchmarkDefaults.scheduler.resources",
+            "Resources of a scheduler pod, unless its Benchmark sets them.",
+        ),
+    )
+    worker_resources: dict[str, Any] = field(
+        default_factory=lambda: DEFAULT_RESOURCES,
+        metadata=_about(
+            "benchmarkDefaults.worker.resources",
+            "Resources of each worker pod, unless its Benchmark sets them.",
+        ),
+    )
+    zmq_port: int = field(
+        default=5555, metadata=_about("benchmarkDefaults.zmqPort", "The scheduler's ZeroMQ port.")
+    )
+    metrics_port: int = field(default=9090, metadata=_about(
+        "benchmarkDefaults.metricsPort", "The scheduler's /metrics and /status port."
+    ))  # fmt: skip
+    status_url: str = field(default="http://{service}.{namespace}.svc:{port}", metadata=_about(
+        None,
+        "How the operator reaches a scheduler's /status: its Service's cluster DNS name (a test "
+        "harness running pods as local processes points it at 127.0.0.1).",
+    ))  # fmt: skip
+    poll_interval_s: float = field(default=5.0, metadata=_about(
+        "operator.pollIntervalSeconds",
+        "How often a running Benchmark's status is refreshed from its scheduler, in seconds.",
+    ))  # fmt: skip
+    metrics_linger_s: float = field(default=15.0, metadata=_about(
+        "benchmarkDefaults.metricsLingerSeconds",
+        "How long a finished scheduler keeps serving /metrics, for a last scrape, in seconds.",
+    ))  # fmt: skip
+    run_as_user: int = field(default=10001, metadata=_about(
+        None, "The image's non-root user, which every pod runs as (the chart's too)."
+    ))  # fmt: skip
+    network_policy: bool = field(default=True, metadata=_about(
+        "benchmarkDefaults.networkPolicy",
+        "A NetworkPolicy per Benchmark admitting only its workers to its scheduler's ZeroMQ port.",
+    ))  # fmt: skip
+    control_key: bytes = field(
+        default_factory=lambda: secrets.token_bytes(32),
+        repr=False,
+        metadata=_about(None, "Read from DAGPERF_CONTROL_KEY_FILE, a file: the chart's Secret."),
+    )
 
     def control_token(self, uid: str) -> str:
         """The control token of the Benchmark with this uid."""
@@ -47,27 +95,14 @@ class OperatorSettings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:
+        """Every setting from its `DAGPERF_<NAME>` variable where set, parsed by its type."""
         env = dict(os.environ if env is None else env)
+        types = typing.get_type_hints(cls)
         values: dict[str, Any] = {}
-        for name, kind in (
-            ("image", str),
-            ("image_pull_policy", str),
-            ("zmq_port", int),
-            ("metrics_port", int),
-            ("status_url", str),
-            ("poll_interval_s", float),
-            ("metrics_linger_s", float),
-            ("run_as_user", int),
-        ):
-            raw = env.get(f"DAGPERF_{name.upper()}")
-            if raw is not None:
-                values[name] = _parsed(name, raw, kind)
-        for name in ("scheduler_resources", "worker_resources"):
-            raw = env.get(f"DAGPERF_{name.upper()}")
-            if raw:
-                values[name] = _parsed(name, raw, json.loads)
-        if raw := env.get("DAGPERF_NETWORK_POLICY"):
-            values["network_policy"] = raw.strip().lower() in ("1", "true", "yes")
+        for setting in fields(cls):
+            raw = env.get(f"DAGPERF_{setting.name.upper()}")
+            if setting.name != "control_key" and raw:
+                values[setting.name] = _parsed(setting.name, raw, types[setting.name])
         if path := env.get("DAGPERF_CONTROL_KEY_FILE"):
             values["control_key"] = _control_key(path)
         return cls(**values)
@@ -88,8 +123,14 @@ def _control_key(path: str) -> bytes:
 
 
 def _parsed(name: str, raw: str, kind: Any) -> Any:
+    if kind is bool:
+        return raw.strip().lower() in ("1", "true", "yes")
+    parse = json.loads if typing.get_origin(kind) is dict else kind
     try:
-        return kind(raw)
+        value = parse(raw)
     except ValueError:
-        what = "JSON" if kind is json.loads else kind.__name__
-        raise SettingsError(f"DAGPERF_{name.upper()}={raw!r} is not a valid {what}") from None
+        value = None
+    if not isinstance(value, typing.get_origin(kind) or kind):
+        what = "JSON object" if parse is json.loads else kind.__name__
+        raise SettingsError(f"DAGPERF_{name.upper()}={raw!r} is not a valid {what}")
+    return value
