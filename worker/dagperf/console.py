@@ -100,6 +100,7 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
             f"Token counts of {estimated} request(s) are estimates: the server reported no usage "
             "and no --tokenizer was given."
         )
+    lines.extend(_session_lines(document))
     branch = document.get("branch_stats") or {}
     if branch.get("children_spawned") or branch.get("parents_suspended"):
         lines.append("BranchStats: " + ", ".join(f"{k} {v}" for k, v in branch.items()))
@@ -145,6 +146,25 @@ def _dag_lines(report: dict[str, Any]) -> list[str]:
                 f"{100 * siblings['others_cached_share']:.0f}%"
             )
         lines.append(text)
+    return lines
+
+
+def _session_lines(document: dict[str, Any]) -> list[str]:
+    """Session duration and where the sessions' time went along their critical paths."""
+    lines = []
+    duration = document.get("session_duration")
+    if duration:
+        lines.append(
+            f"Session duration (ms): p50 {_number(duration['p50'])}, p90 "
+            f"{_number(duration['p90'])}, p99 {_number(duration['p99'])}"
+        )
+    path = document.get("critical_path")
+    if path:
+        lines.append(
+            f"Critical path: server {100 * path['server_share']:.0f}%, dispatch "
+            f"{100 * path['dispatch_share']:.0f}%, authored delays {100 * path['delay_share']:.0f}%"
+            f" of session time; joins waited {_number(path['join_wait_ms'])} ms in all"
+        )
     return lines
 
 

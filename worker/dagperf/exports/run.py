@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from dagperf.config import EndpointConfig
-from dagperf.engine import Flight
+from dagperf.engine import Flight, TreeRun
 from dagperf.exports.inputs import write_inputs
 from dagperf.exports.records import RecordWriter, record
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
 from dagperf.graph import RequestGraph
 from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
+from dagperf.metrics.sessions import SessionMetrics
 from dagperf.metrics.summary import PhaseSummary
 from dagperf.transport import protocol
 
@@ -40,6 +41,10 @@ class Artifacts:
         return self.directory / "profile_export_aiperf.csv"
 
     @property
+    def sessions(self) -> Path:
+        return self.directory / "session_export.jsonl"
+
+    @property
     def inputs(self) -> Path:
         return self.directory / "inputs.json"
 
@@ -51,14 +56,17 @@ class RunOutput:
         self.artifacts = artifacts
         self.summary = PhaseSummary(goodput)
         self.dag_report = DagReport()
+        self.sessions = SessionMetrics(self.summary.is_good, self._write_session)
         self.live = live
         self._records: RecordWriter | None = None
+        self._session_lines: RecordWriter | None = None
 
     def open(self, graph: RequestGraph, endpoint: EndpointConfig) -> None:
         """The directory, the inputs file and the records file; raises OSError."""
         self.artifacts.directory.mkdir(parents=True, exist_ok=True)
         write_inputs(self.artifacts.inputs, graph, endpoint)
         self._records = RecordWriter(self.artifacts.records)
+        self._session_lines = RecordWriter(self.artifacts.sessions)
 
     def add(
         self, flight: Flight, result: protocol.Result, issued: int, params: dict[str, Any]
@@ -67,23 +75,38 @@ class RunOutput:
         assert self._records is not None
         self.summary.add(result)
         self.dag_report.add(flight, result)
+        self.sessions.add(flight, result, issued)
         if self.live is not None:
             self.live.observe(flight, result)
         self._records.write(record(flight, result, issued, params))
 
+    def retire(self, runs: list[TreeRun]) -> None:
+        """Tree runs that ended: their sessions are written once their results are in."""
+        for run in runs:
+            self.sessions.retire(run)
+
+    def _write_session(self, line: dict[str, Any]) -> None:
+        if self._session_lines is not None:
+            self._session_lines.write(line)
+
+    def _writers(self) -> list[RecordWriter]:
+        return [w for w in (self._records, self._session_lines) if w is not None]
+
     def flush(self) -> None:
-        if self._records is not None:
-            self._records.flush()
+        for writer in self._writers():
+            writer.flush()
 
     def close(self) -> None:
-        if self._records is not None:
-            self._records.close()
+        self.sessions.finish()
+        for writer in self._writers():
+            writer.close()
 
     def write_error(self) -> str | None:
         """Why records could not be written, once they could not."""
-        if self._records is None or self._records.error is None:
-            return None
-        return f"cannot write {self._records.path}: {self._records.error.strerror}"
+        for writer in self._writers():
+            if writer.error is not None:
+                return f"cannot write {writer.path}: {writer.error.strerror}"
+        return None
 
     def write_summary(
         self, branch_stats: dict[str, int], complete: bool, cancelled: bool
@@ -97,11 +120,13 @@ class RunOutput:
             self.artifacts.run_info,
             complete=complete,
             cancelled=cancelled,
-        ) | {"dag_report": self.dag_report.report()}
+        )
+        sessions = self.sessions.report(self.summary.duration_s)
+        document |= sessions | {"dag_report": self.dag_report.report()}
         failure = self.write_error()
         try:
             write_summary_json(self.artifacts.summary_json, document)
-            write_summary_csv(self.artifacts.summary_csv, self.summary)
+            write_summary_csv(self.artifacts.summary_csv, self.summary, sessions)
         except OSError as e:
             failure = failure or f"cannot write the summary in {self.artifacts.directory}: {e}"
         return document, failure

@@ -16,7 +16,7 @@ from typing import Any
 
 from dagperf import __version__
 from dagperf.exports.files import whole_or_nothing
-from dagperf.metrics.catalog import RECORD, SCALARS
+from dagperf.metrics.catalog import RECORD, SCALARS, SESSION
 from dagperf.metrics.summary import PERCENTILES, PhaseSummary
 
 STAT_COLUMNS = ("avg", "min", "max", "sum", *(f"p{p}" for p in PERCENTILES), "std")
@@ -59,9 +59,16 @@ def write_summary_json(path: Path, document: dict[str, Any]) -> None:
         f.write(json.dumps(document, indent=2) + "\n")
 
 
-def write_summary_csv(path: Path, summary: PhaseSummary) -> None:
+def write_summary_csv(
+    path: Path, summary: PhaseSummary, sessions: dict[str, Any] | None = None
+) -> None:
+    """`sessions`: the session figures (`SessionMetrics.report`), in both tables."""
+    sessions = sessions or {}
+    labels = {name: metric.label for name, metric in (RECORD | SESSION).items()}
     stats = summary.metric_stats()
-    rows = sorted((f"{RECORD[name].label} ({s['unit']})", s) for name, s in stats.items())
+    if "session_duration" in sessions:
+        stats["session_duration"] = sessions["session_duration"]
+    rows = sorted((f"{labels[name]} ({s['unit']})", s) for name, s in stats.items())
     with whole_or_nothing(path, newline="") as f:
         out = csv.writer(f)
         out.writerow(["Metric", *STAT_COLUMNS])
@@ -69,9 +76,12 @@ def write_summary_csv(path: Path, summary: PhaseSummary) -> None:
             out.writerow([label, *(f"{s[c]:.2f}" for c in STAT_COLUMNS)])
         out.writerow([])
         out.writerow(["Metric", "Value"])
+        scalars = summary.aggregates() | {
+            name: figure["avg"] for name, figure in sessions.items() if name in SCALARS
+        }
         aggregates = sorted(
             (f"{SCALARS[name].label} ({SCALARS[name].unit})", value)
-            for name, value in summary.aggregates().items()
+            for name, value in scalars.items()
         )
         for label, value in aggregates:
             out.writerow([label, f"{value:.2f}"])

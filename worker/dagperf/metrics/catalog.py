@@ -56,6 +56,14 @@ GOODPUT = _table(
     ("good_request_count", "requests", "Good Request Count"),
 )
 
+#: Per session (a root with its FORK tree and SPAWNed children; `dagperf.metrics.sessions`).
+SESSION = _table(
+    ("session_duration", "ms", "Session Duration"),
+    ("session_count", "sessions", "Session Count"),
+    ("good_session_count", "sessions", "Good Session Count"),
+    ("session_goodput", "sessions/sec", "Session Goodput"),
+)
+
 #: Metrics a --goodput objective may name: True when the objective is a ceiling (lower is
 #: better), False when it is a floor.
 OBJECTIVE_IS_CEILING = {
@@ -66,5 +74,5 @@ OBJECTIVE_IS_CEILING = {
     "output_token_throughput_per_user": False,
 }
 
-SCALARS = AGGREGATE | GOODPUT  # one value per phase
+SCALARS = AGGREGATE | GOODPUT | {n: m for n, m in SESSION.items() if n != "session_duration"}
 UNITS = {m.name: m.unit for m in (*RECORD.values(), *SCALARS.values())}

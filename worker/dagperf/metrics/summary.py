@@ -152,6 +152,10 @@ class PhaseSummary:
             else:
                 distribution.add(value)
 
+    def is_good(self, result: Result) -> bool:
+        """No error, and within every objective."""
+        return result.error is None and (not self.goodput or self._is_good(result.metrics))
+
     def _is_good(self, metrics: dict[str, Any]) -> bool:
         for name, threshold in self.goodput.items():
             value = metrics.get(name)

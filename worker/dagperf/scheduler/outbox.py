@@ -13,7 +13,7 @@ from typing import Any
 
 from dagperf.config import EndpointConfig
 from dagperf.endpoints import request_params
-from dagperf.engine import Dispatcher, Flight, armed_under
+from dagperf.engine import Dispatcher, Flight, TreeRun, armed_under
 from dagperf.graph import Payload
 from dagperf.transport import protocol
 
@@ -26,6 +26,7 @@ class Mail:
 
     items: list[tuple[str, Frames]] = field(default_factory=list)
     cancelled: bool = False
+    retired: list[TreeRun] = field(default_factory=list)  # tree runs that ended
 
     def add(self, worker: str, message: protocol.Message) -> None:
         self.items.append((worker, protocol.encode(message)))
@@ -58,7 +59,8 @@ class Outbox:
         disarms = _by_worker((f.worker, f.credit) for f in d.drain_disarms())
         for worker, ids in disarms.items():
             mail.add(worker, protocol.Disarm(ids))
-        forgets = _by_worker((w, run.id) for run in d.drain_retired() for w in run.workers)
+        mail.retired = d.drain_retired()
+        forgets = _by_worker((w, run.id) for run in mail.retired for w in run.workers)
         for worker, runs in forgets.items():
             if worker in present:
                 mail.add(worker, protocol.Forget(runs))

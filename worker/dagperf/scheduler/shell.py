@@ -286,6 +286,7 @@ class Scheduler:
         mail = self._outbox.collect(self.dispatcher, time.time_ns(), self._peers)
         for worker, frames in mail.items:
             self._channel.send([worker.encode(), *frames])
+        self.output.retire(mail.retired)
         if mail.cancelled and self._cancel_deadline is None:
             loop = asyncio.get_running_loop()
             self._cancel_deadline = loop.call_later(self.options.cancel_timeout_s, self._abandon)

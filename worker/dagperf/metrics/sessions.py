@@ -1,0 +1,152 @@
+"""Sessions as the unit a user waits for: one root with its FORK tree and SPAWNed children.
+
+For every tree run of the profiling phase: its duration from the first request issued to the
+last reply, its requests and errors, whether every request was good (no error, and within each
+`--goodput` objective: a session with one bad turn is not good), and its critical path
+(`critical_path`). Each becomes a line of `session_export.jsonl` when the run ends; a run cut
+short by a stop is written too, marked incomplete, and left out of the statistics.
+
+A run is held only while it is in flight: a few numbers per request sent, dropped when it ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagperf.engine import Flight, NodeState, Phase, SessionState, TreeRun
+from dagperf.metrics.critical_path import CriticalPath, Timing, critical_path
+from dagperf.metrics.summary import Distribution
+from dagperf.transport.protocol import Result
+
+SLOWEST_LISTED = 10
+_ENDED = (NodeState.OK, NodeState.FAILED)
+
+
+@dataclass(slots=True)
+class _Open:
+    run: TreeRun
+    times: dict[int, Timing] = field(default_factory=dict)
+    errors: int = 0
+    bad: int = 0  # requests that failed or missed an objective
+    retired: bool = False
+
+
+class SessionMetrics:
+    def __init__(self, is_good: Callable[[Result], bool], write: Callable[[dict[str, Any]], None]):
+        self._is_good = is_good
+        self._write = write
+        self._open: dict[int, _Open] = {}
+        self.duration = Distribution()  # ms, complete sessions only
+        self.count = 0
+        self.good = 0
+        self.incomplete = 0
+        self._server = self._dispatch = self._delay = self._join_wait = 0
+        self._slowest: list[tuple[float, int, dict[str, Any]]] = []  # a min-heap of the slowest
+
+    def add(self, flight: Flight, result: Result, issued_ns: int) -> None:
+        run = flight.run
+        if run.phase != Phase.PROFILING:
+            return
+        entry = self._open.get(run.id)
+        if entry is None:
+            entry = self._open[run.id] = _Open(run)
+        entry.times[flight.node] = Timing(issued_ns, result.start_ns, result.end_ns)
+        entry.errors += result.error is not None
+        entry.bad += not self._is_good(result)
+        if entry.retired and self._all_in(entry):
+            self._close(entry)
+
+    def retire(self, run: TreeRun) -> None:
+        """The run is over: its session is written once every result sent is in."""
+        entry = self._open.get(run.id)
+        if entry is None:  # nothing of it was recorded (a warm-up run, or none sent)
+            return
+        entry.retired = True
+        if self._all_in(entry):
+            self._close(entry)
+
+    def finish(self) -> None:
+        """The run ended: write what is still open (its missing results will not come)."""
+        for entry in list(self._open.values()):
+            self._close(entry)
+
+    def _all_in(self, entry: _Open) -> bool:
+        return len(entry.times) >= sum(state in _ENDED for state in entry.run.nodes)
+
+    def _close(self, entry: _Open) -> None:
+        del self._open[entry.run.id]
+        run, times = entry.run, entry.times
+        start = min(t.issued_ns for t in times.values())
+        end = max(t.end_ns for t in times.values())
+        complete = entry.retired and SessionState.TRUNCATED not in run.sessions
+        complete = complete and all(s >= NodeState.OK for s in run.nodes)
+        path = critical_path(run.tree, times, start)
+        good = complete and not entry.bad
+        duration_ms = (end - start) / 1e6
+        line: dict[str, Any] = {
+            "root_correlation_id": run.correlation[0],
+            "conversation_id": run.tree.root.conversation_id,
+            "start_ns": start,
+            "end_ns": end,
+            "duration_ms": duration_ms,
+            "request_count": len(times),
+            "error_count": entry.errors,
+            "good": good,
+            "complete": complete,
+            "critical_path": None if path is None else path.as_dict(),
+        }
+        self._write(line)
+        if not complete:
+            self.incomplete += 1
+            return
+        self.count += 1
+        self.good += good
+        self.duration.add(duration_ms)
+        if path is not None:
+            self._account(path)
+        item = (duration_ms, run.id, line)
+        if len(self._slowest) < SLOWEST_LISTED:
+            heapq.heappush(self._slowest, item)
+        elif item[:2] > self._slowest[0][:2]:
+            heapq.heapreplace(self._slowest, item)
+
+    def _account(self, path: CriticalPath) -> None:
+        self._server += path.server_ns
+        self._dispatch += path.dispatch_ns
+        self._delay += path.delay_ns
+        self._join_wait += path.join_wait_ns
+
+    def report(self, duration_s: float) -> dict[str, Any]:
+        """The figures for `profile_export_aiperf.json`: `duration_s` is the phase's."""
+        out: dict[str, Any] = {
+            "session_count": {"unit": "sessions", "avg": self.count},
+            "good_session_count": {"unit": "sessions", "avg": self.good},
+            "session_goodput": {
+                "unit": "sessions/sec", "avg": self.good / duration_s if duration_s else 0.0
+            },
+        }  # fmt: skip
+        if self.duration.count:
+            out["session_duration"] = {"unit": "ms", **self.duration.stats()}
+        total = self._server + self._dispatch + self._delay
+        if total:
+            out["critical_path"] = {
+                "sessions": self.count,
+                "server_ms": self._server / 1e6,
+                "dispatch_ms": self._dispatch / 1e6,
+                "delay_ms": self._delay / 1e6,
+                "join_wait_ms": self._join_wait / 1e6,
+                "server_share": self._server / total,
+                "dispatch_share": self._dispatch / total,
+                "delay_share": self._delay / total,
+                "slowest": [line for *_, line in sorted(self._slowest, key=_by_duration)],
+            }
+        if self.incomplete:
+            out["incomplete_session_count"] = {"unit": "sessions", "avg": self.incomplete}
+        return out
+
+
+def _by_duration(item: tuple[float, int, dict[str, Any]]) -> tuple[float, int]:
+    return -item[0], item[1]
