@@ -87,3 +87,19 @@ def test_simulate_flags_come_from_the_config_model():
     help_text = run("simulate", "--help").stdout
     for name in SimConfig.model_fields:
         assert "--" + name.replace("_", "-") in help_text
+
+
+def test_session_rate_is_the_request_rate_under_its_other_name():
+    from dagperf.cli import build_parser
+    from dagperf.cli.flags import model_from_flags
+    from dagperf.config import LoadConfig
+
+    parser = build_parser()
+    by_session = parser.parse_args(["profile", "--session-rate", "2.5"])
+    by_request = parser.parse_args(["profile", "--request-rate", "2.5"])
+    assert model_from_flags(parser, by_session, LoadConfig) == LoadConfig(request_rate=2.5)
+    assert model_from_flags(parser, by_request, LoadConfig) == LoadConfig(request_rate=2.5)
+    result = run("profile", "--session-rate", "0")
+    assert (
+        result.returncode == 2 and "--request-rate: Input should be greater than 0" in result.stderr
+    )

@@ -33,7 +33,9 @@ class LoadConfig(BaseModel):
         gt=0,
         le=MAX_RATE,
         allow_inf_nan=False,
-        description="Roots started per second, with Poisson arrivals.",
+        description="Root sessions started per second, with Poisson arrivals (also "
+        "--session-rate: the rate counts sessions, which for single-request sessions are "
+        "requests).",
     )
     fixed_schedule: bool | None = Field(
         default=None,

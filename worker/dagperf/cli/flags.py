@@ -16,6 +16,8 @@ from dagperf.keys import KEYS_ENV, KeysError
 from dagperf.runtime.logs import LOG_FORMATS
 
 ENV_DEFAULTS = {"fail_fast": "DAGPERF_DAG_FAIL_FAST"}  # flags whose default an env var sets
+# Flags that also answer to another name: a rate of roots is a session rate.
+FLAG_ALIASES = {"request_rate": ("--session-rate",)}
 
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # add_subparsers'
@@ -75,6 +77,7 @@ def add_model_flags(
             shown = "" if field.default is None else " (default: %(default)s)"
             group.add_argument(
                 flag,
+                *(FLAG_ALIASES.get(name, ()) if not prefix else ()),
                 dest=dest,
                 type=kind,
                 default=field.default,
