@@ -166,6 +166,21 @@ async def test_records_are_honest_about_timing():
     assert (served["end_ns"] - served["received_ns"]) / 1e6 >= 30 + 2 * 10
 
 
+async def test_past_max_concurrency_requests_wait_for_a_slot_in_turn():
+    """One slot and three requests at once: each waits for the one before it to finish, so
+    its first token is due one whole reply later than the one before (never earlier)."""
+    config = SimConfig(ttft_ms=40, itl_ms=0, prefill_ms_per_token=0, output_tokens=1,
+                       max_concurrency=1)  # fmt: skip
+    async with running_simulator(config) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+        results = await asyncio.gather(*(post(url, chat()) for _ in range(3)))
+        records = sorted(sim.simulator.records, key=lambda r: r.intended_ttft_ms or 0)
+    assert [status for status, _, _ in results] == [200, 200, 200]
+    waits = [r.intended_ttft_ms for r in records]
+    assert waits[0] >= 40 and waits[1] >= 80 and waits[2] >= 120
+    assert sorted(seconds for _, _, seconds in results)[2] >= 0.12
+
+
 async def test_reasoning_comes_before_content():
     config = FAST.model_copy(update={"reasoning_tokens": 2, "output_tokens": 2})
     async with running_simulator(config) as sim:

@@ -37,6 +37,13 @@ class SimConfig(BaseModel):
     cache_blocks: int = Field(
         default=16384, ge=0, description="Prefix-cache capacity in blocks (LRU); 0 disables it."
     )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests served at once, like a server's batch slots; more wait for a free "
+        "slot, first come first served, so latency rises sharply past this load (a knee for "
+        "`dagperf search` to find). Default: no limit.",
+    )
     usage: bool = Field(
         default=True,
         description="Report token usage (some servers do not; clients must count themselves).",

@@ -66,6 +66,8 @@ class Simulator:
         self.records: deque[SimRecord] = deque(maxlen=self.config.record_limit)
         self._errors = random.Random(self.config.seed)
         self._ids = count()
+        slots = self.config.max_concurrency
+        self._slots = asyncio.Semaphore(slots) if slots else None
 
     def app(self) -> web.Application:
         middlewares = [self._authorize] if self.config.api_key else []
@@ -126,13 +128,26 @@ class Simulator:
             return self._finish(record, _error(400, "invalid_request_error", str(e)))
         if self.config.error_rate and self._errors.random() < self.config.error_rate:
             return self._finish(record, _error(500, "server_error", "simulated server error"))
+        reply = (request, record, body, prompt, length, finish, chat)
+        if self._slots is None:
+            return await self._respond(*reply, start, 0.0)
+        waiting = loop.time()
+        async with self._slots:  # a request waits its turn for a slot, as for a batch seat
+            queued = loop.time() - waiting  # its timing starts over from here
+            return await self._respond(*reply, start + queued, queued)
 
+    async def _respond(
+        self, request: web.Request, record: SimRecord, body: dict[str, Any], prompt: list[str],
+        length: int, finish: str, chat: bool, start: float, queued_s: float,
+    ) -> web.StreamResponse:  # fmt: skip
+        """The reply, timed from `start` (arrival, plus any wait for a slot)."""
+        loop = asyncio.get_running_loop()
         cfg = self.config
         cached = self.cache.admit(prompt)
         ttft_ms = cfg.ttft_ms + cfg.prefill_ms_per_token * (len(prompt) - cached)
         reasoning = min(cfg.reasoning_tokens, length) if chat else 0
         words = reply_words(cfg.seed, prompt, length)
-        record.intended_ttft_ms = ttft_ms
+        record.intended_ttft_ms = queued_s * 1000 + ttft_ms
         record.prompt_tokens = len(prompt)
         record.cached_tokens = cached
         record.completion_tokens = length
