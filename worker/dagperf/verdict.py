@@ -15,6 +15,7 @@ OK = 0
 RUN_FAILED = 1  # the run itself failed: a fault, lost workers, an internal error
 USAGE = 2  # bad flags or input; argparse's own code
 ENDPOINT_FAILED = 3  # every request failed, or more than --max-error-rate of them
+SLO_NOT_MET = 4  # a search: no load tried met every objective
 SIGNALLED = 130  # stopped by SIGINT or SIGTERM, exports written
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from dagperf import __version__
 from dagperf.cli.roles import add_profile, add_scheduler, add_worker
+from dagperf.cli.search import add_search
 from dagperf.cli.tools import add_health, add_keys, add_simulate, add_validate
 from dagperf.runtime import lifeline
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dagperf {__version__}")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     add_profile(commands)
+    add_search(commands)
     add_scheduler(commands)
     add_worker(commands)
     add_validate(commands)

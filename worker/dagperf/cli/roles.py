@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -39,6 +40,9 @@ from dagperf.keys import load_scheduler_keys, load_worker_keys
 from dagperf.runtime.logs import setup_logging
 from dagperf.simulator import SimConfig
 
+if TYPE_CHECKING:
+    from dagperf.profile import LocalPlan
+
 
 def add_profile(commands: Commands) -> None:
     profile = commands.add_parser(
@@ -47,6 +51,12 @@ def add_profile(commands: Commands) -> None:
         description="Run a benchmark on this machine: the scheduler here, --workers worker "
         "processes, and, without --url, the built-in simulated LLM.",
     )
+    profile_flags(profile)
+    profile.set_defaults(run=_profile)
+
+
+def profile_flags(profile: argparse.ArgumentParser) -> None:
+    """Every flag of `dagperf profile` (`dagperf search` takes them all too)."""
     benchmark_flags(profile, url_required=False)
     profile.add_argument(
         "--workers",
@@ -63,7 +73,6 @@ def add_profile(commands: Commands) -> None:
         ", else a key set made for this run alone",
     )
     add_model_flags(profile, SimConfig, "built-in simulator (used without --url)", prefix="sim-")
-    profile.set_defaults(run=_profile)
 
 
 def add_scheduler(commands: Commands) -> None:
@@ -139,9 +148,29 @@ def add_worker(commands: Commands) -> None:
 
 def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from dagperf.console import Console
-    from dagperf.profile import LocalPlan, run_local, run_sync
+    from dagperf.profile import run_local, run_sync
 
     setup_logging(args.log_format, getattr(logging, args.log_level))
+    made = local_plan(args, parser)
+    if made is None:
+        return verdict.USAGE
+    plan, health = made
+    console = Console(quiet=args.quiet)
+
+    async def go() -> int:
+        outcome = await run_local(plan, console)
+        return report_outcome(outcome, console, plan.artifact_dir, health)
+
+    return run_sync(go)
+
+
+def local_plan(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> tuple[LocalPlan, HealthOptions] | None:
+    """A local run from `dagperf profile`'s flags, every one checked before anything starts;
+    None after printing the dataset's problems."""
+    from dagperf.profile import LocalPlan
+
     endpoint = endpoint_fields(parser, args)
     load = model_from_flags(parser, args, LoadConfig)
     if args.workers < 1:
@@ -152,7 +181,7 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         role_keys(parser, args, load_scheduler_keys)  # a bad key set is a usage error
     loaded = graph_and_load(parser, args, load)
     if loaded is None:
-        return verdict.USAGE
+        return None
     graph, load = loaded
     artifact_dir = artifact_dir_for(args, load)
     options = report_options(parser, args, artifact_dir)
@@ -169,13 +198,7 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         scheduler_options=options,
         keys_dir=args.keys,
     )
-    console = Console(quiet=args.quiet)
-
-    async def go() -> int:
-        outcome = await run_local(plan, console)
-        return report_outcome(outcome, console, plan.artifact_dir, health)
-
-    return run_sync(go)
+    return plan, health
 
 
 def _simulator_args(config: SimConfig) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from dagperf.engine import BranchStats, Flight, Progress
+from dagperf.engine import BranchStats, Flight, Phase, Progress
 from dagperf.transport.protocol import Result
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
@@ -105,7 +105,9 @@ class LiveMetrics:
         self.cached_tokens.labels(b).inc(m.get("usage_prompt_cache_read_tokens", 0))
 
     def update(self, progress: Progress, workers: int, stats: BranchStats) -> None:
-        """Gauges and BranchStats, from the dispatcher's latest state (profiling phase)."""
+        """Gauges and BranchStats, from the dispatcher's latest state; a warm-up is not shown."""
+        if progress.phase is not Phase.PROFILING:
+            return
         b = self.benchmark
         self.in_flight.labels(b).set(progress.in_flight)
         self.workers.labels(b).set(workers)

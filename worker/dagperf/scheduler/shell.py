@@ -257,9 +257,7 @@ class Scheduler:
 
     def _update_live(self) -> None:
         assert self.live is not None
-        d = self.dispatcher
-        if d.phase is Phase.PROFILING:
-            self.live.update(d.progress(), len(self._peers), d.branch_stats)
+        self.live.update(self.dispatcher.progress(), len(self._peers), self.dispatcher.branch_stats)
 
     def status(self) -> StatusReport:
         """The run as the operator reads it from /status."""

@@ -1,0 +1,99 @@
+"""`dagperf search` end to end, against the built-in simulator with a known capacity.
+
+The simulator serves `--sim-max-concurrency` requests at once; past that a request waits a
+whole reply for a slot. With single-request sessions and a TTFT objective between one reply
+time and two, the answer is known without running anything: the highest concurrency that never
+queues is the slot count (this is the README's example search). A rate sweep against one slot
+shows the other load parameter: well under the slot's rate the median request does not wait,
+far over it every request queues.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from emulator import ROOT
+
+SLOTS = 4
+REPLY_MS = 40  # one token, no inter-token delay: a reply takes its TTFT
+
+
+EXAMPLE = ROOT / "examples" / "search" / "single-turn.dag.jsonl"  # the README's search
+
+
+def search(
+    tmp_path, *flags: str, streaming: bool = True
+) -> tuple[subprocess.CompletedProcess, dict]:
+    directory = tmp_path / "search"
+    command = [
+        sys.executable, "-m", "dagperf", "search", "--input-file",
+        str(EXAMPLE), "--artifact-dir", str(directory),
+        *(["--streaming"] if streaming else []),
+        "--sim-ttft-ms", str(REPLY_MS), "--sim-itl-ms", "0", "--sim-output-tokens", "1",
+        "--workers", "1", "--log-level", "WARNING", *flags,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    results = directory / "search_results.json"
+    return done, json.loads(results.read_text()) if results.exists() else {}
+
+
+def test_a_concurrency_search_finds_the_servers_slot_count(tmp_path):
+    slo = f"time_to_first_token:p90:{REPLY_MS * 1.5:g}"  # one reply passes; two do not
+    done, results = search(
+        tmp_path, "--sim-max-concurrency", str(SLOTS), "--slo", slo, "--search-max", "16"
+    )
+    assert done.returncode == 0, done.stderr
+    assert results["parameter"] == "concurrency" and results["slo"] == [slo]
+    assert results["best"] == SLOTS
+    steps = results["steps"]
+    assert 3 <= len(steps) <= 12
+    assert [s["value"] for s in steps][:3] == [1, 2, 4]  # doubling from --search-min
+    assert all(s["meets_slo"] == (s["value"] <= SLOTS) for s in steps)
+    for step in steps:
+        summary = json.loads((tmp_path / step["artifact_dir"] / "profile_export_aiperf.json")
+                             .read_text())  # fmt: skip
+        assert summary["input_config"]["load"]["concurrency"] == step["value"]
+        assert summary["request_count"]["avg"] == 100  # 10 beyond the p90, at the least
+        assert step["metrics"][slo] == summary["time_to_first_token"]["p90"]
+    assert f"Highest concurrency meeting every objective: {SLOTS}" in done.stdout
+
+
+def test_a_session_rate_sweep_reports_each_rate_and_the_highest_that_met(tmp_path):
+    slo = f"time_to_first_token:p50:{REPLY_MS * 1.5:g}"
+    done, results = search(
+        tmp_path, "--sim-max-concurrency", "1", "--slo", slo, "--search-parameter",
+        "session_rate", "--sweep", "4,60", "--request-count", "20",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [(s["value"], s["meets_slo"]) for s in results["steps"]] == [(4, True), (60, False)]
+    assert results["best"] == 4
+    first = json.loads((tmp_path / results["steps"][0]["artifact_dir"] /
+                        "profile_export_aiperf.json").read_text())  # fmt: skip
+    assert first["input_config"]["load"]["request_rate"] == 4
+
+
+def test_no_load_meeting_the_objectives_exits_4_with_the_steps_written(tmp_path):
+    done, results = search(
+        tmp_path, "--slo", "time_to_first_token:p50:1", "--search-max", "4",
+        "--request-count", "20",
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    assert results["best"] is None and len(results["steps"]) == 1
+    assert "No concurrency tried met every objective." in done.stdout
+
+
+def test_search_flags_are_checked_before_anything_runs(tmp_path):
+    for flags, complaint in [
+        (["--slo", "time_to_first_token:p99:9", "--concurrency", "2"], "--concurrency: the search"),
+        (["--slo", "ttft:p99:9"], "unknown metric 'ttft'"),
+        (["--slo", "request_latency:p99:9", "--sweep", "1,2.5"], "a concurrency is a whole"),
+        (["--slo", "request_latency:p99:9", "--search-min", "8", "--search-max", "2"],
+         "--search-min <= --search-max"),
+    ]:  # fmt: skip
+        done, results = search(tmp_path, *flags)
+        assert done.returncode == 2 and complaint in done.stderr, done.stderr
+        assert results == {}
+    done, _ = search(tmp_path, "--slo", "time_to_first_token:p99:9", streaming=False)
+    assert done.returncode == 2 and "needs --streaming" in done.stderr

@@ -1,0 +1,114 @@
+"""`dagperf search`: the highest load that meets the objectives, by full local runs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+from pathlib import Path
+
+from dagperf import verdict
+from dagperf.cli.flags import Commands
+from dagperf.cli.roles import local_plan, profile_flags
+from dagperf.runtime.logs import setup_logging
+
+PARAMETERS = ("concurrency", "request_rate", "session_rate")
+RATE_PRECISION = 0.05
+
+
+def add_search(commands: Commands) -> None:
+    search = commands.add_parser(
+        "search",
+        help="find the highest load that meets service-level objectives",
+        description="Run the benchmark at one load after another, each a full run with its own "
+        "exports, to find the highest --search-parameter at which every --slo objective is "
+        "met: doubling from --search-min until a step misses or --search-max is reached, then "
+        "halving the gap (or each --sweep value in turn). Writes search_results.json. Exit 0 "
+        "with an answer, 4 when no load tried met the objectives. See docs/search.md.",
+    )
+    profile_flags(search)
+    group = search.add_argument_group("search")
+    group.add_argument(
+        "--slo", required=True, metavar='"METRIC:STAT:VALUE ..."',
+        help="objectives every step is judged on, e.g. \"time_to_first_token:p99:500 "
+        "error_rate:max:0.01\" (ms for times; STAT avg, min, max or p1..p99)",
+    )  # fmt: skip
+    group.add_argument(
+        "--search-parameter", choices=PARAMETERS, default="concurrency",
+        help="the load varied (default: %(default)s; session_rate is roots per second)",
+    )  # fmt: skip
+    group.add_argument("--search-min", type=float, default=1.0, metavar="V",
+                       help="the lowest load tried, first (default: %(default)s)")  # fmt: skip
+    group.add_argument("--search-max", type=float, default=256.0, metavar="V",
+                       help="the highest load tried (default: %(default)s)")  # fmt: skip
+    group.add_argument(
+        "--search-precision", type=float, metavar="P",
+        help=f"stop when the answer is within this of the lowest load that missed: a share "
+        f"for a rate (default {RATE_PRECISION}), a step for a concurrency (default 1)",
+    )  # fmt: skip
+    group.add_argument("--sweep", metavar="V,V,...",
+                       help="try exactly these loads, in order, instead of searching")  # fmt: skip
+    search.set_defaults(run=_search)
+
+
+def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dagperf.profile import run_sync
+    from dagperf.search.objectives import SESSION_METRICS, parse_objectives, unmeasurable
+    from dagperf.search.plan import SearchPlan
+    from dagperf.search.runner import Search, run_search
+
+    setup_logging(args.log_format, getattr(logging, args.log_level))
+    try:
+        objectives = parse_objectives(args.slo)
+    except ValueError as e:
+        parser.error(f"--slo: {e}")
+    if problem := unmeasurable(objectives, args.streaming):
+        parser.error(f"--slo: {problem}")
+    parameter = args.search_parameter
+    given = {"concurrency": args.concurrency, "request_rate": args.request_rate}
+    field = "concurrency" if parameter == "concurrency" else "request_rate"
+    if given[field] is not None:
+        parser.error(f"--{field.replace('_', '-')}: the search sets it; leave it out")
+    if parameter != "concurrency" and args.concurrency is None and args.fixed_schedule:
+        parser.error("--fixed-schedule: a rate search sets when roots arrive; leave it out")
+    integer = parameter == "concurrency"
+    sweep = _sweep(parser, args.sweep, integer)
+    precision = args.search_precision or (1.0 if integer else RATE_PRECISION)
+    try:
+        plan = SearchPlan(args.search_min, args.search_max, integer, precision, sweep)
+    except ValueError as e:
+        parser.error(str(e))
+    if not (args.request_count or args.num_conversations or args.benchmark_duration):
+        samples = max(o.samples for o in objectives)  # enough for the percentiles asked
+        if any(o.metric in SESSION_METRICS for o in objectives):
+            args.num_conversations = samples
+        else:
+            args.request_count = samples
+    if args.artifact_dir is None:
+        name = Path(args.session_config or args.input_file or "search").name.split(".")[0]
+        args.artifact_dir = Path("artifacts") / f"{name}-{args.endpoint_type}-search-{parameter}"
+    made = local_plan(args, parser)
+    if made is None:
+        return verdict.USAGE
+    base, _ = made
+    search = Search(parameter, objectives, plan, base, base.artifact_dir)
+
+    async def go() -> int:
+        return await run_search(search, sys.stdout)
+
+    return run_sync(go)
+
+
+def _sweep(parser: argparse.ArgumentParser, text: str | None, integer: bool) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        parser.error(f"--sweep: expected numbers separated by commas, got {text!r}")
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        parser.error(f"--sweep: expected loads above 0, got {text!r}")
+    if integer and any(v != int(v) for v in values):
+        parser.error(f"--sweep: a concurrency is a whole number, got {text!r}")
+    return values

@@ -1,0 +1,147 @@
+"""Each step of a search is a full local run (`dagperf.profile`) in a directory of its own.
+
+`search_results.json` in the search's directory is rewritten after every step, so a search
+stopped half way keeps what it measured: the parameter, the objectives, the answer so far and
+every step with its figures and directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from dagperf import verdict
+from dagperf.config import LoadConfig
+from dagperf.console import Console
+from dagperf.exports.files import whole_or_nothing
+from dagperf.profile import LocalPlan, run_local
+from dagperf.search.objectives import Objective, judge
+from dagperf.search.plan import SearchPlan
+
+# A search parameter -> the LoadConfig field it sets (a session rate is dagperf's request rate).
+PARAMETERS = {
+    "concurrency": "concurrency",
+    "request_rate": "request_rate",
+    "session_rate": "request_rate",
+}
+# What each step reports beside its objectives: (summary key, statistic).
+HEADLINES = (
+    ("request_throughput", "avg"),
+    ("session_goodput", "avg"),
+    ("time_to_first_token", "p50"),
+    ("time_to_first_token", "p99"),
+    ("request_error_rate", "avg"),
+)
+MAX_RATE_WARMUP = 100
+
+
+@dataclass
+class Search:
+    parameter: str
+    objectives: list[Objective]
+    plan: SearchPlan
+    base: LocalPlan  # every step's run but for its load and directory
+    directory: Path
+
+    def results(self, steps: list[dict[str, Any]]) -> dict[str, Any]:
+        best = self.plan.best
+        return {
+            "parameter": self.parameter,
+            "slo": [str(o) for o in self.objectives],
+            "best": None if best is None else _shown(best, self.plan.integer),
+            "steps": steps,
+        }
+
+
+async def run_search(search: Search, out: TextIO) -> int:
+    """The search's exit code: 0 with an answer, `verdict.SLO_NOT_MET` without one."""
+    steps: list[dict[str, Any]] = []
+    search.directory.mkdir(parents=True, exist_ok=True)
+    while (value := search.plan.next_value()) is not None:
+        index = len(steps) + 1
+        step_plan = _step(search, value, index)
+        print(f"step {index}: {search.parameter} {_shown(value, search.plan.integer)} ...",
+              file=out, flush=True)  # fmt: skip
+        outcome = await run_local(step_plan, Console(quiet=True))
+        if outcome.failure is not None or outcome.interrupted:
+            _write(search, steps)
+            why = outcome.failure or "interrupted"
+            print(f"dagperf: step {index} did not finish ({why}); stopping the search", file=out)
+            return verdict.RUN_FAILED if outcome.failure else verdict.SIGNALLED
+        meets, figures = judge(search.objectives, outcome.document)
+        search.plan.record(value, meets)
+        steps.append({
+            "value": _shown(value, search.plan.integer),
+            "meets_slo": meets,
+            "metrics": figures | _headlines(outcome.document),
+            "artifact_dir": str(step_plan.artifact_dir),
+        })  # fmt: skip
+        _write(search, steps)
+        print(f"  {'meets' if meets else 'misses'} the objectives: "
+              + ", ".join(f"{k} = {_figure(v)}" for k, v in figures.items()), file=out)  # fmt: skip
+    out.write(table(search.results(steps)))
+    return verdict.OK if search.plan.best is not None else verdict.SLO_NOT_MET
+
+
+def _step(search: Search, value: float, index: int) -> LocalPlan:
+    """The base run at one load, with a warm-up of as many requests as the load keeps busy
+    (unless one was asked for), in a directory of its own."""
+    base = search.base
+    field = PARAMETERS[search.parameter]
+    update: dict[str, Any] = {field: int(value) if search.plan.integer else value}
+    if field == "request_rate":
+        update["fixed_schedule"] = False  # a timed dataset runs at the searched rate
+    if not base.load.warmup_request_count:
+        update["warmup_request_count"] = min(math.ceil(value), MAX_RATE_WARMUP)
+    load = LoadConfig(**(base.load.model_dump() | update))
+    name = f"step{index:02d}-{search.parameter}-{_shown(value, search.plan.integer)}"
+    inputs = base.input_config | {"load": load.model_dump(mode="json")}
+    return dataclasses.replace(
+        base, load=load, artifact_dir=search.directory / name, input_config=inputs
+    )
+
+
+def _headlines(document: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, stat in HEADLINES:
+        figure = (document.get(key) or {}).get(stat)
+        if figure is not None:
+            out[f"{key}:{stat}"] = figure
+    return out
+
+
+def _write(search: Search, steps: list[dict[str, Any]]) -> None:
+    with whole_or_nothing(search.directory / "search_results.json") as f:
+        f.write(json.dumps(search.results(steps), indent=2) + "\n")
+
+
+def table(results: dict[str, Any]) -> str:
+    """The steps in the order tried, and the answer."""
+    objectives = results["slo"]
+    header = [results["parameter"], "meets", *objectives]
+    rows = [header] + [
+        [str(s["value"]), "yes" if s["meets_slo"] else "no",
+         *(_figure(s["metrics"].get(o)) for o in objectives)]
+        for s in results["steps"]
+    ]  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["", "dagperf | search"]
+    lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    best = results["best"]
+    if best is None:
+        lines.append(f"No {results['parameter']} tried met every objective.")
+    else:
+        lines.append(f"Highest {results['parameter']} meeting every objective: {best}")
+    return "\n".join(lines) + "\n"
+
+
+def _shown(value: float, integer: bool) -> int | float:
+    return int(value) if integer else round(value, 6)
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.3g}" if abs(value) < 1 else f"{value:,.2f}"
