@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -73,6 +74,16 @@ def profile_flags(profile: argparse.ArgumentParser) -> None:
         ", else a key set made for this run alone",
     )
     add_model_flags(profile, SimConfig, "built-in simulator (used without --url)", prefix="sim-")
+    repeats = profile.add_argument_group("repeats")
+    repeats.add_argument(
+        "--num-profile-runs", type=int, default=1, metavar="N",
+        help="run N times (the same workload and seed; the warm-up once) and report each "
+        "figure's mean and confidence interval, flagging figures whose runs disagree",
+    )  # fmt: skip
+    repeats.add_argument(
+        "--confidence-level", type=float, default=0.95, metavar="LEVEL",
+        help="of the intervals (default: %(default)s)",
+    )  # fmt: skip
 
 
 def add_scheduler(commands: Commands) -> None:
@@ -151,15 +162,31 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from dagperf.profile import run_local, run_sync
 
     setup_logging(args.log_format, getattr(logging, args.log_level))
+    if args.num_profile_runs < 1:
+        parser.error("--num-profile-runs: must be at least 1")
+    if not 0 < args.confidence_level < 1:
+        parser.error(f"--confidence-level: between 0 and 1, got {args.confidence_level}")
     made = local_plan(args, parser)
     if made is None:
         return verdict.USAGE
     plan, health = made
+    if args.num_profile_runs > 1:
+        return _repeated(plan, args.num_profile_runs, args.confidence_level)
     console = Console(quiet=args.quiet)
 
     async def go() -> int:
         outcome = await run_local(plan, console)
         return report_outcome(outcome, console, plan.artifact_dir, health)
+
+    return run_sync(go)
+
+
+def _repeated(plan: LocalPlan, runs: int, confidence: float) -> int:
+    from dagperf.profile import run_sync
+    from dagperf.repeat import run_repeated
+
+    async def go() -> int:
+        return await run_repeated(plan, runs, confidence, sys.stdout)
 
     return run_sync(go)
 

@@ -63,6 +63,8 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         objectives = parse_objectives(args.slo)
     except ValueError as e:
         parser.error(f"--slo: {e}")
+    if args.num_profile_runs != 1:
+        parser.error("--num-profile-runs: a search runs each load once (see docs/search.md)")
     if problem := unmeasurable(objectives, args.streaming):
         parser.error(f"--slo: {problem}")
     parameter = args.search_parameter
