@@ -103,3 +103,13 @@ def test_session_rate_is_the_request_rate_under_its_other_name():
     assert (
         result.returncode == 2 and "--request-rate: Input should be greater than 0" in result.stderr
     )
+
+
+def test_a_slice_duration_must_be_a_positive_number_of_seconds(tmp_path):
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text(
+        '{"session_id": "a", "turns": [{"messages": [{"role": "user", "content": "x"}]}]}\n'
+    )
+    for bad in ("0", "-1", "inf"):
+        result = run("profile", "--input-file", str(dataset), "--slice-duration", bad)
+        assert result.returncode == 2 and "--slice-duration: a number of seconds" in result.stderr

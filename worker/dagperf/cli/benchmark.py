@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import typing
@@ -128,6 +129,11 @@ def report_flags(parser: argparse.ArgumentParser, metrics_port: int | None) -> N
         "(default: 1.0, only when every request failed)",
     )  # fmt: skip
     group.add_argument(
+        "--slice-duration", type=float, metavar="S",
+        help="also export the run in windows of S seconds (profile_export_aiperf_timeslices"
+        ".json and .csv): each window's requests, throughput and metric statistics",
+    )  # fmt: skip
+    group.add_argument(
         "--benchmark-name", metavar="NAME",
         help="the `benchmark` label of the live metrics (default: the artifact directory's name)",
     )  # fmt: skip
@@ -158,6 +164,8 @@ def report_options(
             parser.error(f"--goodput: expected METRIC:VALUE with a number, got {item!r}")
     if not 0.0 <= args.max_error_rate <= 1.0:  # also refuses nan
         parser.error(f"--max-error-rate: a fraction from 0 to 1, got {args.max_error_rate}")
+    if args.slice_duration is not None and not 0 < args.slice_duration < math.inf:
+        parser.error(f"--slice-duration: a number of seconds above 0, got {args.slice_duration}")
     if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
         parser.error(f"--metrics-port: not a port: {args.metrics_port}")
     return {
@@ -169,6 +177,7 @@ def report_options(
         "metrics_linger_s": args.metrics_linger,
         "summary_file": args.summary_file,
         "max_error_rate": args.max_error_rate,
+        "slice_duration_s": args.slice_duration,
     }
 
 

@@ -14,6 +14,7 @@ from dagperf.engine import Flight, TreeRun
 from dagperf.exports.inputs import write_inputs
 from dagperf.exports.records import RecordWriter, record
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
+from dagperf.exports.timeslices import timeslices, write_timeslices
 from dagperf.graph import RequestGraph
 from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
@@ -51,9 +52,14 @@ class Artifacts:
 
 class RunOutput:
     def __init__(
-        self, artifacts: Artifacts, goodput: dict[str, float] | None, live: LiveMetrics | None
+        self,
+        artifacts: Artifacts,
+        goodput: dict[str, float] | None,
+        live: LiveMetrics | None,
+        slice_s: float | None = None,
     ):
         self.artifacts = artifacts
+        self.slice_s = slice_s
         self.summary = PhaseSummary(goodput)
         self.dag_report = DagReport()
         self.sessions = SessionMetrics(self.summary.is_good, self._write_session)
@@ -127,6 +133,10 @@ class RunOutput:
         try:
             write_summary_json(self.artifacts.summary_json, document)
             write_summary_csv(self.artifacts.summary_csv, self.summary, sessions)
+            first = self.summary.first_start_ns
+            if self.slice_s is not None and first is not None and failure is None:
+                slices = timeslices(self.artifacts.records, first, self.slice_s)
+                write_timeslices(self.artifacts.directory, slices, self.artifacts.input_config)
         except OSError as e:
             failure = failure or f"cannot write the summary in {self.artifacts.directory}: {e}"
         return document, failure

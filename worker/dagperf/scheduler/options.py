@@ -31,3 +31,4 @@ class SchedulerOptions:
     metrics_linger_s: float = 0.0  # keep serving this long after the end, for a last scrape
     summary_file: Path | None = None  # the final report, for the operator
     max_error_rate: float = 1.0
+    slice_duration_s: float | None = None  # timeslice exports, after the run

@@ -54,7 +54,7 @@ class Scheduler:
         self.on_progress = on_progress
         self.dispatcher = Dispatcher(graph, load, time.monotonic)
         self.live = LiveMetrics(options.benchmark) if options.metrics_port is not None else None
-        self.output = RunOutput(artifacts, options.goodput, self.live)
+        self.output = RunOutput(artifacts, options.goodput, self.live, options.slice_duration_s)
         self.status_server: StatusServer | None = None
         self._state = RunState.WAITING
         self.endpoint_url: str | None = None  # the address really bound, once listening
