@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -113,3 +114,18 @@ def test_a_slice_duration_must_be_a_positive_number_of_seconds(tmp_path):
     for bad in ("0", "-1", "inf"):
         result = run("profile", "--input-file", str(dataset), "--slice-duration", bad)
         assert result.returncode == 2 and "--slice-duration: a number of seconds" in result.stderr
+
+
+def test_a_run_works_when_the_temporary_directory_is_too_deep_for_a_socket(tmp_path):
+    """The local run's Unix socket path must fit in 107 bytes: a deep TMPDIR (a pod's scratch
+    volume under a kubelet's directory, say) falls back to /tmp instead of failing."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    env = dict(os.environ) | {"TMPDIR": str(deep)}
+    result = subprocess.run(
+        [DAGPERF, "profile", "--input-file", EXAMPLE, "--artifact-dir", str(tmp_path / "a"),
+         "--workers", "1", "--quiet"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "a" / "profile_export_aiperf.json").exists()

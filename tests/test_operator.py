@@ -338,6 +338,37 @@ async def test_a_finished_run_succeeds_with_its_summary_and_scales_workers_down(
     assert deployment["spec"]["replicas"] == 0
 
 
+async def test_a_search_runs_as_one_job_and_its_answer_lands_in_the_status(kube):
+    """No worker pods: the search's Job runs its workers itself; its final report's answer
+    and steps become status.search (the `Best` column)."""
+    _, api, _ = kube
+    search = {"slo": ["time_to_first_token:p90:60"], "max": 16}
+    await created(api, search=search)
+    job = await api.get(f"{JOBS}/demo-scheduler")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:2] == ["dagperf", "search"]
+    assert await api.get(f"{DEPLOYMENTS}/demo-workers") is None
+    steps = [{"value": v, "meetsSlo": v <= 4} for v in (1, 2, 4, 8, 6, 5)]
+    answer = {"parameter": "concurrency", "slo": search["slo"], "best": 4, "steps": steps}
+    await scheduler_ended(api, "demo", 0, json.dumps(FINAL | {"search": answer}))
+    b = await api.until(NS, "demo", phase("Succeeded"))
+    assert b["status"]["search"] == answer
+
+
+async def test_a_search_that_found_no_load_fails_with_the_reason(kube):
+    _, api, _ = kube
+    await created(api, search={"slo": ["time_to_first_token:p90:1"]})
+    answer = {"parameter": "concurrency", "slo": ["time_to_first_token:p90:1"], "best": None,
+              "steps": [{"value": 1, "meetsSlo": False}]}  # fmt: skip
+    final = FINAL | {"outcome": "failed", "reason": "no load tried met every objective",
+                     "search": answer}  # fmt: skip
+    await scheduler_ended(api, "demo", 4, json.dumps(final))
+    b = await api.until(NS, "demo", phase("Failed"))
+    assert b["status"]["message"] == "the run failed: no load tried met every objective"
+    assert "best" not in b["status"]["search"]  # none: a merge patch drops a null
+    assert b["status"]["search"]["steps"] == answer["steps"]
+
+
 @pytest.mark.parametrize(
     ("code", "reason", "message", "expected"),
     [

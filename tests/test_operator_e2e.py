@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from dagperf.simulator import SimConfig
+from dagperf.simulator import SimConfig, running_simulator
 
 from emulator import ROOT, operating
 from kubelet import Kubelet
@@ -175,6 +175,33 @@ async def test_a_synthetic_session_config_runs_from_a_config_map(node):
     assert len(records) == 12 and not any(r["error"] for r in records)
     turns = sorted(r["metadata"]["turn_index"] for r in records)
     assert turns == [0] * 4 + [1] * 4 + [2] * 4
+
+
+async def test_a_search_benchmark_finds_the_servers_slots_and_reports_them(node):
+    """spec.search: one Job runs `dagperf search` with its workers as local processes against
+    a server with 2 slots; the TTFT objective lies between one reply time and two, so the
+    answer is known in advance (see tests/test_search.py)."""
+    api, kubelet, _, _ = node
+    example = ROOT / "examples" / "search" / "single-turn.dag.jsonl"
+    await api.create(f"/api/v1/namespaces/{NS}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "single"},
+        "data": {example.name: example.read_text()},
+    })  # fmt: skip
+    slots = SimConfig(api_key=KEY, ttft_ms=40, itl_ms=0, output_tokens=1, max_concurrency=2)
+    async with running_simulator(slots) as sim:
+        search = {"slo": ["time_to_first_token:p90:60"], "max": 4}
+        await start(api, sim, dataset={"configMapRef": {"name": "single"}}, search=search,
+                    load={"requestCount": 30}, workers={"processesPerPod": 1})  # fmt: skip
+        done = await api.until(NS, "demo", phase("Succeeded"), timeout=120)
+    assert done["status"]["search"] == {
+        "parameter": "concurrency", "slo": ["time_to_first_token:p90:60"], "best": 2,
+        "steps": [{"value": v, "meetsSlo": v <= 2} for v in (1, 2, 4, 3)],
+    }  # fmt: skip
+    assert not [p for p in await pod_names(api) if p.startswith("demo-workers-")]
+    results = kubelet.claim("bench-results") / "demo"
+    written = json.loads((results / "search_results.json").read_text())
+    assert written["best"] == 2 and len(written["steps"]) == 4
+    assert (results / "step02-concurrency-2" / "profile_export_aiperf.json").exists()
 
 
 async def pod_names(api) -> list[str]:

@@ -17,6 +17,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from dagperf.dataset import load_dag_jsonl
 from dagperf.keys import KeySet
@@ -67,7 +68,8 @@ def test_the_crd_is_structural_and_declares_its_status():
     assert VERSION["subresources"] == {"status": {}}
     status = SCHEMA["properties"]["status"]["properties"]
     for field in ("phase", "conditions", "observedGeneration", "startTime", "completionTime",
-                  "workers", "progress", "branchStats", "summary", "resultsPath"):  # fmt: skip
+                  "workers", "progress", "branchStats", "summary", "resultsPath",
+                  "search"):  # fmt: skip
         assert field in status, field
     for column in VERSION["additionalPrinterColumns"]:  # each shows a declared field
         node = SCHEMA
@@ -76,7 +78,7 @@ def test_the_crd_is_structural_and_declares_its_status():
                 break
             node = node["properties"][part]
     assert [c["name"] for c in VERSION["additionalPrinterColumns"]] == [
-        "Phase", "Progress", "Req/s", "TTFT p99", "Age"
+        "Phase", "Progress", "Req/s", "TTFT p99", "Best", "Age"
     ]  # fmt: skip
 
 
@@ -350,3 +352,58 @@ def test_load_rules_across_fields_are_the_cli_s():
             {"endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
              "load": {"fixedSchedule": True, "requestRate": 5.0}}
         )  # fmt: skip
+
+
+def search_spec(**search) -> BenchmarkSpec:
+    return BenchmarkSpec.model_validate({
+        "endpoint": {"url": "http://llm:8000", "streaming": True, "model": "m",
+                     "apiKeySecretRef": {"name": "llm-key"}},
+        "dataset": {"configMapRef": {"name": "d"}}, "workers": {"processesPerPod": 3},
+        "search": {"slo": ["time_to_first_token:p99:500", "error_rate:max:0.01"], **search},
+    })  # fmt: skip
+
+
+def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tmp_path):
+    from dagperf.cli import build_parser
+
+    spec = search_spec(parameter="session_rate", min=2, max=40, precision=0.1)
+    settings = OperatorSettings()
+    command = manifests.scheduler_command("demo", spec, "d.jsonl", settings)
+    assert command[:2] == ["dagperf", "search"] and "--bind" not in command
+    args = build_parser().parse_args(command[1:])
+    assert args.slo == "time_to_first_token:p99:500 error_rate:max:0.01"
+    assert (args.search_parameter, args.search_min, args.search_max) == ("session_rate", 2, 40)
+    assert (args.search_precision, args.sweep, args.workers) == (0.1, None, 3)
+    assert args.summary_file is not None and args.keys is not None
+    pod = manifests.scheduler_job("demo", spec, "d.jsonl", settings)["spec"]["template"]["spec"]
+    (keys,) = [v for v in pod["volumes"] if v["name"] == "keys"]
+    assert {item["key"] for item in keys["secret"]["items"]} >= {
+        "worker.secret",
+        "scheduler.secret",
+    }
+    (container,) = pod["containers"]
+    (key,) = [e for e in container["env"] if e["name"] == "OPENAI_API_KEY"]  # its workers send
+    assert key["valueFrom"]["secretKeyRef"]["name"] == "llm-key"
+    swept = manifests.scheduler_command("demo", search_spec(sweep=[1, 2, 4]), "d", settings)
+    assert swept[swept.index("--sweep") + 1] == "1,2,4"
+
+
+@pytest.mark.parametrize(
+    ("search", "extra", "complaint"),
+    [
+        ({"slo": ["ttft:p99:1"]}, {}, "unknown metric 'ttft'"),
+        ({"slo": []}, {}, "at least 1 item"),
+        ({"min": 8, "max": 2}, {}, "min 8 is above max 2"),
+        ({"sweep": [1, 2.5]}, {}, "whole numbers for a concurrency"),
+        ({}, {"load": {"concurrency": 4}}, "load.concurrency: the search sets it"),
+        ({}, {"endpoint": {"url": "http://llm:8000", "streaming": False}}, "needs --streaming"),
+    ],
+)
+def test_a_search_that_cannot_run_is_refused_with_the_reason(search, extra, complaint):
+    body = {
+        "endpoint": {"url": "http://llm:8000", "streaming": True},
+        "dataset": {"configMapRef": {"name": "d"}},
+        "search": {"slo": ["time_to_first_token:p99:500"], **search},
+    } | extra
+    with pytest.raises(ValidationError, match=complaint):
+        BenchmarkSpec.model_validate(body)

@@ -31,6 +31,8 @@ PRINTER_COLUMNS = [
     {"name": "Req/s", "type": "number", "jsonPath": ".status.summary.requestThroughput"},
     {"name": "TTFT p99", "type": "number", "jsonPath": ".status.summary.ttftP99Ms",
      "description": "Time to first token, 99th percentile, in milliseconds"},
+    {"name": "Best", "type": "number", "jsonPath": ".status.search.best",
+     "description": "A search's answer: the highest load meeting every objective"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]  # fmt: skip
 

@@ -243,7 +243,7 @@ def _launch(
         manifests.results_claim(name, spec),
         manifests.scheduler_service(name, settings),
         manifests.scheduler_job(name, spec, key, settings),
-        manifests.worker_deployment(name, namespace, spec, settings),
+        None if spec.search else manifests.worker_deployment(name, namespace, spec, settings),
     ]
     for obj in objects:
         if obj is not None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from dagperf.keys import SCHEDULER_FILES, WORKER_FILES
+from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf.sources import SESSION_CONFIG
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec, Placement, health_options, load_config
@@ -185,7 +185,7 @@ def scheduler_command(
 ) -> list[str]:
     e, load = spec.endpoint, spec.load
     dataset = f"{DATASET_DIR}/{dataset_key}"
-    command = ["dagperf", "scheduler"]
+    command = ["dagperf", "search" if spec.search else "scheduler"]
     if spec.dataset.type == SESSION_CONFIG:
         command += ["--session-config", dataset]
     else:
@@ -206,16 +206,15 @@ def scheduler_command(
         command += ["--max-error-rate", str(verdict.max_error_rate)]
     if verdict.goodput:
         command += ["--goodput", " ".join(f"{m}:{v}" for m, v in sorted(verdict.goodput.items()))]
-    expected = spec.workers.replicas * spec.workers.processes_per_pod
+    if spec.search is not None:  # one pod: its workers are local processes
+        command += [*spec.search.flags(), "--workers", str(spec.workers.processes_per_pod)]
+    else:
+        expected = spec.workers.replicas * spec.workers.processes_per_pod
+        command += ["--bind", f"tcp://0.0.0.0:{settings.zmq_port}"]
+        command += ["--workers-expected", str(expected), "--registration-timeout", "600"]
     command += [
         "--keys",
         KEYS_DIR,
-        "--bind",
-        f"tcp://0.0.0.0:{settings.zmq_port}",
-        "--workers-expected",
-        str(expected),
-        "--registration-timeout",
-        "600",
         "--artifact-dir",
         f"{RESULTS_DIR}/{name}",
         "--metrics-host",
@@ -269,7 +268,7 @@ def scheduler_job(
         {"name": "results", "mountPath": RESULTS_DIR},
         KEYS_MOUNT,
     ]
-    if spec.endpoint.model is None:  # it lists the server's models, which may need the key
+    if spec.endpoint.model is None or spec.search:  # it lists models / its workers send
         container["env"] += _api_key_env(spec)
     container["terminationMessagePath"] = TERMINATION_LOG
     container["terminationMessagePolicy"] = "File"
@@ -304,7 +303,7 @@ def scheduler_job(
                         },
                         results,
                         {"name": "scratch", "emptyDir": {}},
-                        _keys_volume(name, SCHEDULER_FILES),
+                        _keys_volume(name, FILES if spec.search else SCHEDULER_FILES),
                         *volumes,
                     ],
                 },

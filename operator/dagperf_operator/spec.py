@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 from dagperf.config import LoadConfig
 from dagperf.health.report import HealthOptions
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
+from dagperf.search.objectives import parse_objectives, unmeasurable
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")
@@ -137,6 +138,51 @@ class Verdict(_Model):
         return self
 
 
+class Search(_Model):
+    """Run `dagperf search` instead of one run: the highest load meeting every objective."""
+
+    slo: list[str] = Field(
+        min_length=1,
+        description="Objectives, each METRIC:STAT:VALUE as --slo takes them, e.g. "
+        "time_to_first_token:p99:500 (ms for times) or error_rate:max:0.01.",
+    )
+    parameter: Literal["concurrency", "session_rate", "request_rate"] = Field(
+        default="concurrency", description="The load varied (--search-parameter)."
+    )
+    min: float = Field(default=1.0, gt=0, description="The lowest load, tried first.")
+    max: float = Field(default=256.0, gt=0, description="The highest load tried.")
+    precision: float | None = Field(
+        default=None, gt=0, description="Stop within this of the answer: a share for a rate "
+        "(default 0.05), a step for a concurrency (default 1).",
+    )  # fmt: skip
+    sweep: list[float] | None = Field(
+        default=None, min_length=1, description="Exactly these loads, in order, instead."
+    )
+
+    @model_validator(mode="after")
+    def _as_the_cli_takes_it(self) -> Search:
+        try:
+            parse_objectives(" ".join(self.slo))
+        except ValueError as e:
+            raise ValueError(f"slo: {e}") from None
+        if self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}")
+        whole = self.parameter != "concurrency" or all(v == int(v) for v in self.sweep or ())
+        if not whole or any(v <= 0 for v in self.sweep or ()):
+            raise ValueError("sweep: loads above 0 (whole numbers for a concurrency)")
+        return self
+
+    def flags(self) -> list[str]:
+        """The `dagperf search` flags that ask for this search."""
+        out = ["--slo", " ".join(self.slo), "--search-parameter", self.parameter]
+        out += ["--search-min", f"{self.min:g}", "--search-max", f"{self.max:g}"]
+        if self.precision is not None:
+            out += ["--search-precision", f"{self.precision:g}"]
+        if self.sweep:
+            out += ["--sweep", ",".join(f"{v:g}" for v in self.sweep)]
+        return out
+
+
 class Toleration(_Model):
     """A taint the pods tolerate, as in a pod spec."""
 
@@ -234,6 +280,12 @@ class BenchmarkSpec(_Model):
         default=False,
         description="True stops a running benchmark gracefully, keeping partial results.",
     )
+    search: Search | None = Field(
+        default=None,
+        description="Search for the highest load meeting objectives (dagperf search): one Job "
+        "runs a full run per load, with workers.processesPerPod worker processes in its pod; "
+        "no worker pods. The answer and each step go to status.search.",
+    )
 
     @model_validator(mode="after")
     def _load_as_the_cli_takes_it(self) -> BenchmarkSpec:
@@ -242,6 +294,13 @@ class BenchmarkSpec(_Model):
             load_config(self.load)
         except ValidationError as e:
             raise ValueError("load: " + e.errors(include_url=False)[0]["msg"]) from None
+        if self.search is not None:
+            field = "concurrency" if self.search.parameter == "concurrency" else "request_rate"
+            if getattr(self.load, field) is not None:
+                raise ValueError(f"load.{to_camel(field)}: the search sets it; leave it out")
+            slo = parse_objectives(" ".join(self.search.slo))
+            if problem := unmeasurable(slo, self.endpoint.streaming):
+                raise ValueError(f"search.slo: {problem} (endpoint.streaming)")
         return self
 
 
@@ -300,6 +359,20 @@ class Summary(_Model):
     error_rate: float | None = Field(default=None, description="Failed share of requests, 0-1.")
 
 
+class SearchStepStatus(_Model):
+    value: float = Field(description="The load tried.")
+    meets_slo: bool = Field(description="Whether every objective held.")
+
+
+class SearchStatus(_Model):
+    parameter: str = Field(description="The load varied.")
+    slo: list[str] = Field(description="The objectives.")
+    best: float | None = Field(
+        default=None, description="The highest load meeting them all; absent when none did."
+    )
+    steps: list[SearchStepStatus] = Field(default_factory=list, description="Each step, in order.")
+
+
 class BenchmarkStatus(_Model):
     phase: Phase | None = Field(
         default=None, description="Pending, Running, then Succeeded, Failed or Suspended."
@@ -322,3 +395,6 @@ class BenchmarkStatus(_Model):
         default=None, description="Throughput, latency and errors, so far and then final."
     )
     results_path: str | None = Field(default=None, description="claim:path of the export files.")
+    search: SearchStatus | None = Field(
+        default=None, description="A search's answer (best) and its steps (spec.search)."
+    )

@@ -95,6 +95,8 @@ def from_scheduler(report: StatusReport | FinalReport) -> dict[str, Any]:
         out["workers"] = msgspec.to_builtins(report.workers)
     if report.branch_stats:
         out["branchStats"] = report.branch_stats
+    if isinstance(report, FinalReport) and report.search is not None:
+        out["search"] = msgspec.to_builtins(report.search)
     summary = msgspec.to_builtins(report.summary)  # the figures known so far
     if summary:
         out["summary"] = summary

@@ -66,6 +66,21 @@ class StatusReport(_Camel):
     failure: str | None = None
 
 
+class SearchStep(_Camel):
+    value: float
+    meets_slo: bool
+
+
+class SearchReport(_Camel):
+    """A capacity search's answer (`dagperf search`): the highest load that met every objective
+    (None: none did) and each step tried, in order."""
+
+    parameter: str
+    slo: list[str]
+    best: float | None
+    steps: list[SearchStep] = []
+
+
 class FinalReport(_Camel):
     """The run's last word, written to --summary-file."""
 
@@ -77,10 +92,12 @@ class FinalReport(_Camel):
     duration_seconds: float | None = None
     branch_stats: dict[str, int] = {}
     results_path: str | None = None
+    search: SearchReport | None = None  # a search's answer and steps
 
     def compact(self) -> bytes:
         """JSON under SUMMARY_LIMIT bytes: the reason is cut first, then what the operator
-        can do without (branch counts, paths), never the outcome, progress or summary."""
+        can do without (branch counts, paths, a search's steps), never the outcome, progress,
+        summary or a search's answer."""
         text = msgspec.json.encode(self)
         if len(text) <= SUMMARY_LIMIT:
             return text
@@ -91,8 +108,11 @@ class FinalReport(_Camel):
         text = msgspec.json.encode(shorter)
         if len(text) <= SUMMARY_LIMIT:
             return text
+        search = self.search and msgspec.structs.replace(self.search, steps=[])
         return msgspec.json.encode(
-            msgspec.structs.replace(shorter, branch_stats={}, results_path=None, benchmark=None)
+            msgspec.structs.replace(
+                shorter, branch_stats={}, results_path=None, benchmark=None, search=search
+            )
         )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import zmq
 
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.console import Console
@@ -71,7 +72,7 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
             )
         endpoint = EndpointConfig(**endpoint_fields)
         plan.input_config["endpoint"] = endpoint.redacted()
-        socket_dir = Path(tempfile.mkdtemp(prefix="dagperf-"))  # 0700: ours alone
+        socket_dir = _socket_dir()
         stack.callback(shutil.rmtree, socket_dir, ignore_errors=True)
         if plan.keys_dir is None:
             keys = KeySet.generate()
@@ -110,6 +111,21 @@ async def run_local(plan: LocalPlan, console: Console) -> Outcome:
             outcome = await scheduler.run()
         console.done()
         return outcome
+
+
+def _socket_dir() -> Path:
+    """A private (0700) directory for the run's socket and keys, on a path short enough for a
+    Unix socket (`zmq.IPC_PATH_MAX_LEN`, 107 bytes here): the temporary directory, else /tmp."""
+    for base in (None, "/tmp"):
+        with contextlib.suppress(OSError):
+            path = Path(tempfile.mkdtemp(prefix="dagperf-", dir=base))
+            if len(f"{path}/scheduler") <= zmq.IPC_PATH_MAX_LEN:
+                return path
+            shutil.rmtree(path, ignore_errors=True)
+    raise ProfileError(
+        f"no temporary directory gives a socket path under {zmq.IPC_PATH_MAX_LEN} bytes: set "
+        "TMPDIR to a shorter one"
+    )
 
 
 async def _spawn_worker(

@@ -17,6 +17,14 @@ from typing import Any, TextIO
 from dagperf import verdict
 from dagperf.config import LoadConfig
 from dagperf.console import Console
+from dagperf.contract import (
+    FinalReport,
+    MetricsSummary,
+    Progress,
+    RunState,
+    SearchReport,
+    SearchStep,
+)  # fmt: skip
 from dagperf.exports.files import whole_or_nothing
 from dagperf.profile import LocalPlan, run_local
 from dagperf.search.objectives import Objective, judge
@@ -58,22 +66,28 @@ class Search:
 
 
 async def run_search(search: Search, out: TextIO) -> int:
-    """The search's exit code: 0 with an answer, `verdict.SLO_NOT_MET` without one."""
+    """The search's exit code: 0 with an answer (or stopped on request), `verdict.SLO_NOT_MET`
+    without one, `verdict.RUN_FAILED` when a step failed outright."""
     steps: list[dict[str, Any]] = []
+    documents: list[dict[str, Any]] = []
     search.directory.mkdir(parents=True, exist_ok=True)
+    state, reason, code = RunState.SUCCEEDED, None, verdict.OK
     while (value := search.plan.next_value()) is not None:
         index = len(steps) + 1
         step_plan = _step(search, value, index)
         print(f"step {index}: {search.parameter} {_shown(value, search.plan.integer)} ...",
               file=out, flush=True)  # fmt: skip
         outcome = await run_local(step_plan, Console(quiet=True))
-        if outcome.failure is not None or outcome.interrupted:
-            _write(search, steps)
-            why = outcome.failure or "interrupted"
-            print(f"dagperf: step {index} did not finish ({why}); stopping the search", file=out)
-            return verdict.RUN_FAILED if outcome.failure else verdict.SIGNALLED
+        if outcome.failure is not None or outcome.interrupted or outcome.stopped:
+            state = outcome.state
+            reason = f"step {index} did not finish: {outcome.failure or outcome.stop_reason}"
+            print(f"dagperf: {reason}; the search ends here", file=out)
+            code = verdict.SIGNALLED if outcome.interrupted else verdict.OK
+            code = verdict.RUN_FAILED if outcome.failure else code
+            break
         meets, figures = judge(search.objectives, outcome.document)
         search.plan.record(value, meets)
+        documents.append(outcome.document)
         steps.append({
             "value": _shown(value, search.plan.integer),
             "meets_slo": meets,
@@ -83,8 +97,63 @@ async def run_search(search: Search, out: TextIO) -> int:
         _write(search, steps)
         print(f"  {'meets' if meets else 'misses'} the objectives: "
               + ", ".join(f"{k} = {_figure(v)}" for k, v in figures.items()), file=out)  # fmt: skip
+    _write(search, steps)
     out.write(table(search.results(steps)))
-    return verdict.OK if search.plan.best is not None else verdict.SLO_NOT_MET
+    if state is RunState.SUCCEEDED and search.plan.best is None:
+        state, reason = RunState.FAILED, "no load tried met every objective"
+        code = verdict.SLO_NOT_MET
+    _final_report(search, steps, documents, state, reason)
+    return code
+
+
+def _final_report(
+    search: Search, steps: list[dict[str, Any]], documents: list[dict[str, Any]],
+    state: RunState, reason: str | None,
+) -> None:  # fmt: skip
+    """What the operator reads from --summary-file: the answer, the steps, and the figures of
+    the step at the answer (or the last one)."""
+    options = search.base.scheduler_options
+    path = options.get("summary_file")
+    if path is None:
+        return
+    completed = sum(int(d["request_count"]["avg"] + d["error_request_count"]["avg"])
+                    for d in documents)  # fmt: skip
+    errors = sum(int(d["error_request_count"]["avg"]) for d in documents)
+    at = [
+        d
+        for d, s in zip(documents, steps, strict=True)
+        if s["value"] == search.results(steps)["best"]
+    ]
+    shown = (at or documents or [{}])[-1]
+    results = search.results(steps)
+    report = FinalReport(
+        outcome=state,
+        reason=reason,
+        benchmark=options.get("benchmark"),
+        progress=Progress(requests_completed=completed, requests_total=completed, errors=errors),
+        summary=_metrics_summary(shown),
+        results_path=str(search.directory),
+        search=SearchReport(
+            parameter=search.parameter, slo=results["slo"], best=results["best"],
+            steps=[SearchStep(s["value"], s["meets_slo"]) for s in steps],
+        ),
+    )  # fmt: skip
+    Path(path).write_bytes(report.compact())
+
+
+def _metrics_summary(document: dict[str, Any]) -> MetricsSummary:
+    def figure(name: str, stat: str, scale: float = 1.0) -> float | None:
+        value = (document.get(name) or {}).get(stat)
+        return None if value is None or not math.isfinite(value) else round(value * scale, 4)
+
+    return MetricsSummary(
+        request_throughput=figure("request_throughput", "avg"),
+        ttft_p50_ms=figure("time_to_first_token", "p50"),
+        ttft_p99_ms=figure("time_to_first_token", "p99"),
+        itl_p50_ms=figure("inter_token_latency", "p50"),
+        itl_p99_ms=figure("inter_token_latency", "p99"),
+        error_rate=figure("request_error_rate", "avg", 0.01),
+    )
 
 
 def _step(search: Search, value: float, index: int) -> LocalPlan:
@@ -100,9 +169,11 @@ def _step(search: Search, value: float, index: int) -> LocalPlan:
     load = LoadConfig(**(base.load.model_dump() | update))
     name = f"step{index:02d}-{search.parameter}-{_shown(value, search.plan.integer)}"
     inputs = base.input_config | {"load": load.model_dump(mode="json")}
+    options = base.scheduler_options | {"summary_file": None}  # the search writes its own
     return dataclasses.replace(
-        base, load=load, artifact_dir=search.directory / name, input_config=inputs
-    )
+        base, load=load, artifact_dir=search.directory / name, input_config=inputs,
+        scheduler_options=options,
+    )  # fmt: skip
 
 
 def _headlines(document: dict[str, Any]) -> dict[str, Any]:
