@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from dagperf.metrics.summary import PERCENTILES
+from dagperf.metrics.catalog import PERCENTILES
 from dagperf.simulator import running_simulator
 
 from dagfile import conv, stats, turn, user

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from dagperf.metrics import summary as summary_module
+from dagperf.metrics.catalog import PERCENTILES
 from dagperf.metrics.record import request_metrics
-from dagperf.metrics.summary import PERCENTILES, Distribution, PhaseSummary
+from dagperf.metrics.summary import Distribution, PhaseSummary
 from dagperf.metrics.tokens import TokenCounter, TokenizerError, read_tokenizer
 from dagperf.transport.client import Exchange
 from dagperf.transport.protocol import ErrorInfo, Result

@@ -16,8 +16,8 @@ from typing import Any
 
 from dagperf import __version__
 from dagperf.exports.files import whole_or_nothing
-from dagperf.metrics.catalog import RECORD, SCALARS, SESSION
-from dagperf.metrics.summary import PERCENTILES, PhaseSummary
+from dagperf.metrics.catalog import PERCENTILES, RECORD, SCALARS, SESSION
+from dagperf.metrics.summary import PhaseSummary
 
 STAT_COLUMNS = ("avg", "min", "max", "sum", *(f"p{p}" for p in PERCENTILES), "std")
 

@@ -74,5 +74,8 @@ OBJECTIVE_IS_CEILING = {
     "output_token_throughput_per_user": False,
 }
 
+#: The percentiles every distribution reports (p1 ... p99), as AIPerf's exports do.
+PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
+
 SCALARS = AGGREGATE | GOODPUT | {n: m for n, m in SESSION.items() if n != "session_duration"}
 UNITS = {m.name: m.unit for m in (*RECORD.values(), *SCALARS.values())}

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from dagperf.metrics.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, RECORD
+from dagperf.metrics.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 from dagperf.transport.protocol import ErrorInfo, Result
 
-PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 EXACT_LIMIT = 65_536
 MAX_ERROR_KINDS = 100  # distinct error messages kept; messages can carry timings
 _RATIO = 1.001

@@ -13,8 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING, RECORD
-from dagperf.metrics.summary import PERCENTILES
+from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 
 STATS = ("avg", "min", "max", *(f"p{p}" for p in PERCENTILES))
 SESSION_METRICS = ("session_duration",)
