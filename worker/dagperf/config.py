@@ -119,6 +119,19 @@ class EndpointConfig(BaseModel):
         description="Header carrying each request's routing key (a FORK tree's root key), so "
         "KV-aware routers keep siblings together; empty to send none.",
     )
+    backend_headers: list[str] = Field(
+        default_factory=list,
+        description="Response headers that name the backend (pod) that served a request, "
+        "tried in order; without one, the address that answered names it.",
+    )
+
+    @field_validator("backend_headers")
+    @classmethod
+    def _header_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not name or not all(c.isalnum() or c in "-_" for c in name):
+                raise ValueError(f"not a header name: {name!r}")
+        return names
 
     @field_validator("api_key", mode="before")
     @classmethod

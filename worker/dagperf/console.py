@@ -101,6 +101,7 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
             "and no --tokenizer was given."
         )
     lines.extend(_session_lines(document))
+    lines.extend(_locality_lines(document.get("backend_locality")))
     branch = document.get("branch_stats") or {}
     if branch.get("children_spawned") or branch.get("parents_suspended"):
         lines.append("BranchStats: " + ", ".join(f"{k} {v}" for k, v in branch.items()))
@@ -165,6 +166,23 @@ def _session_lines(document: dict[str, Any]) -> list[str]:
             f"{100 * path['dispatch_share']:.0f}%, authored delays {100 * path['delay_share']:.0f}%"
             f" of session time; joins waited {_number(path['join_wait_ms'])} ms in all"
         )
+    return lines
+
+
+def _locality_lines(locality: dict[str, Any] | None) -> list[str]:
+    """Did FORK trees stay on one backend, and what did leaving home cost?"""
+    if not locality:
+        return []
+    lines = [
+        f"Backend locality ({locality['method']}): {locality['trees_on_one_backend']} of "
+        f"{locality['trees']} FORK trees on one backend, {locality['requests_off_home_backend']}"
+        " request(s) off their home; by backend: "
+        + ", ".join(f"{b} {n}" for b, n in locality["by_backend"].items())
+    ]
+    home, away = locality.get("home_backend_ms"), locality.get("off_home_backend_ms")
+    if home and away:
+        lines.append(f"  later requests at home p50 {_number(home['p50'])} ms, away p50 "
+                     f"{_number(away['p50'])} ms")  # fmt: skip
     return lines
 
 

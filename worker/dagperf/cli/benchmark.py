@@ -76,6 +76,11 @@ def _endpoint_flags(parser: argparse.ArgumentParser, url_required: bool) -> None
     )
     group.add_argument("--request-timeout-seconds", type=float, default=600.0, metavar="S")
     group.add_argument(
+        "--backend-header", action="append", default=[], metavar="NAME",
+        help="a response header naming the backend that served each request (repeatable, "
+        "tried in order; default: the address that answered); see docs/backends.md",
+    )  # fmt: skip
+    group.add_argument(
         "--session-affinity-header",
         default="X-Session-Affinity",
         metavar="NAME",
@@ -222,6 +227,7 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         "extra_inputs": _extra_inputs(parser, args.extra_inputs),
         "request_timeout_seconds": args.request_timeout_seconds,
         "session_affinity_header": args.session_affinity_header,
+        "backend_headers": args.backend_header,
     }
     try:  # check the flags now, with stand-ins for what is only known once a server runs
         EndpointConfig(**(fields | {"url": args.url or "127.0.0.1", "model": args.model or "-"}))

@@ -75,13 +75,15 @@ def add_model_flags(
             )
         else:
             shown = "" if field.default is None else " (default: %(default)s)"
+            choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
             group.add_argument(
                 flag,
                 *(FLAG_ALIASES.get(name, ()) if not prefix else ()),
                 dest=dest,
-                type=kind,
+                type=str if choices else kind,
+                choices=choices,
                 default=field.default,
-                metavar=name.upper(),
+                metavar=None if choices else name.upper(),
                 help=f"{field.description}{shown}",
             )
 

@@ -61,6 +61,9 @@ def record(
         "max_tokens": params.get("max_tokens", params.get("max_completion_tokens")),
         "ignore_eos": bool(params.get("ignore_eos")),
         "token_count_source": result.token_source,
+        # Which backend served it, and how that is known ("header:<name>" or "connection").
+        "backend": result.backend,
+        "backend_source": result.backend_source,
     }
     metrics = {
         name: {"value": value, "unit": UNITS[name]} for name, value in result.metrics.items()

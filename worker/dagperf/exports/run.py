@@ -18,6 +18,7 @@ from dagperf.exports.timeslices import timeslices, write_timeslices
 from dagperf.graph import RequestGraph
 from dagperf.metrics.dag_report import DagReport
 from dagperf.metrics.live import LiveMetrics
+from dagperf.metrics.locality import Locality
 from dagperf.metrics.sessions import SessionMetrics
 from dagperf.metrics.summary import PhaseSummary
 from dagperf.transport import protocol
@@ -63,6 +64,7 @@ class RunOutput:
         self.summary = PhaseSummary(goodput)
         self.dag_report = DagReport()
         self.sessions = SessionMetrics(self.summary.is_good, self._write_session)
+        self.locality = Locality()
         self.live = live
         self._records: RecordWriter | None = None
         self._session_lines: RecordWriter | None = None
@@ -82,6 +84,7 @@ class RunOutput:
         self.summary.add(result)
         self.dag_report.add(flight, result)
         self.sessions.add(flight, result, issued)
+        self.locality.add(flight, result)
         if self.live is not None:
             self.live.observe(flight, result)
         self._records.write(record(flight, result, issued, params))
@@ -90,6 +93,7 @@ class RunOutput:
         """Tree runs that ended: their sessions are written once their results are in."""
         for run in runs:
             self.sessions.retire(run)
+            self.locality.retire(run)
 
     def _write_session(self, line: dict[str, Any]) -> None:
         if self._session_lines is not None:
@@ -104,6 +108,7 @@ class RunOutput:
 
     def close(self) -> None:
         self.sessions.finish()
+        self.locality.finish()
         for writer in self._writers():
             writer.close()
 
@@ -129,6 +134,9 @@ class RunOutput:
         )
         sessions = self.sessions.report(self.summary.duration_s)
         document |= sessions | {"dag_report": self.dag_report.report()}
+        locality = self.locality.report()
+        if locality is not None:
+            document["backend_locality"] = locality
         failure = self.write_error()
         try:
             write_summary_json(self.artifacts.summary_json, document)

@@ -6,39 +6,36 @@ last reply, its requests and errors, whether every request was good (no error, a
 (`critical_path`). Each becomes a line of `session_export.jsonl` when the run ends; a run cut
 short by a stop is written too, marked incomplete, and left out of the statistics.
 
-A run is held only while it is in flight: a few numbers per request sent, dropped when it ends.
+A run is held only while it is in flight (`per_run`): a few numbers per request sent.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from dagperf.engine import Flight, NodeState, Phase, SessionState, TreeRun
+from dagperf.engine import Flight, NodeState, SessionState, TreeRun
 from dagperf.metrics.critical_path import CriticalPath, Timing, critical_path
+from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import Result
 
 SLOWEST_LISTED = 10
-_ENDED = (NodeState.OK, NodeState.FAILED)
 
 
-@dataclass(slots=True)
-class _Open:
-    run: TreeRun
-    times: dict[int, Timing] = field(default_factory=dict)
-    errors: int = 0
-    bad: int = 0  # requests that failed or missed an objective
-    retired: bool = False
+class _Request(NamedTuple):
+    node: int
+    timing: Timing
+    error: bool
+    bad: bool  # failed or missed an objective
 
 
 class SessionMetrics:
     def __init__(self, is_good: Callable[[Result], bool], write: Callable[[dict[str, Any]], None]):
         self._is_good = is_good
         self._write = write
-        self._open: dict[int, _Open] = {}
+        self._runs: PerRun[_Request] = PerRun(self._close)
         self.duration = Distribution()  # ms, complete sessions only
         self.count = 0
         self.good = 0
@@ -47,44 +44,26 @@ class SessionMetrics:
         self._slowest: list[tuple[float, int, dict[str, Any]]] = []  # a min-heap of the slowest
 
     def add(self, flight: Flight, result: Result, issued_ns: int) -> None:
-        run = flight.run
-        if run.phase != Phase.PROFILING:
-            return
-        entry = self._open.get(run.id)
-        if entry is None:
-            entry = self._open[run.id] = _Open(run)
-        entry.times[flight.node] = Timing(issued_ns, result.start_ns, result.end_ns)
-        entry.errors += result.error is not None
-        entry.bad += not self._is_good(result)
-        if entry.retired and self._all_in(entry):
-            self._close(entry)
+        timing = Timing(issued_ns, result.start_ns, result.end_ns)
+        error = result.error is not None
+        self._runs.add(flight.run, _Request(flight.node, timing, error, not self._is_good(result)))
 
     def retire(self, run: TreeRun) -> None:
         """The run is over: its session is written once every result sent is in."""
-        entry = self._open.get(run.id)
-        if entry is None:  # nothing of it was recorded (a warm-up run, or none sent)
-            return
-        entry.retired = True
-        if self._all_in(entry):
-            self._close(entry)
+        self._runs.retire(run)
 
     def finish(self) -> None:
         """The run ended: write what is still open (its missing results will not come)."""
-        for entry in list(self._open.values()):
-            self._close(entry)
+        self._runs.finish()
 
-    def _all_in(self, entry: _Open) -> bool:
-        return len(entry.times) >= sum(state in _ENDED for state in entry.run.nodes)
-
-    def _close(self, entry: _Open) -> None:
-        del self._open[entry.run.id]
-        run, times = entry.run, entry.times
+    def _close(self, run: TreeRun, requests: list[_Request], retired: bool) -> None:
+        times = {r.node: r.timing for r in requests}
         start = min(t.issued_ns for t in times.values())
         end = max(t.end_ns for t in times.values())
-        complete = entry.retired and SessionState.TRUNCATED not in run.sessions
+        complete = retired and SessionState.TRUNCATED not in run.sessions
         complete = complete and all(s >= NodeState.OK for s in run.nodes)
         path = critical_path(run.tree, times, start)
-        good = complete and not entry.bad
+        good = complete and not any(r.bad for r in requests)
         duration_ms = (end - start) / 1e6
         line: dict[str, Any] = {
             "root_correlation_id": run.correlation[0],
@@ -93,7 +72,7 @@ class SessionMetrics:
             "end_ns": end,
             "duration_ms": duration_ms,
             "request_count": len(times),
-            "error_count": entry.errors,
+            "error_count": sum(r.error for r in requests),
             "good": good,
             "complete": complete,
             "critical_path": None if path is None else path.as_dict(),

@@ -63,7 +63,7 @@ class Scheduler:
         e = endpoint
         self._settings = protocol.WorkerSettings(
             e.endpoint_type, e.streaming, e.request_timeout_seconds, e.session_affinity_header,
-            options.tokenizer_json,
+            options.tokenizer_json, tuple(e.backend_headers),
         )  # fmt: skip
         self._interrupted = False
         self._stop_requested = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -43,6 +45,21 @@ class SimConfig(BaseModel):
         description="Requests served at once, like a server's batch slots; more wait for a free "
         "slot, first come first served, so latency rises sharply past this load (a knee for "
         "`dagperf search` to find). Default: no limit.",
+    )
+    backends: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Simulated backends behind this port, each with its own prefix cache, "
+        "slots and vLLM-named /backends/N/metrics; a response names its backend in x-backend.",
+    )
+    routing: Literal["sticky", "random"] = Field(
+        default="sticky",
+        description="How a request finds its backend: sticky on the affinity header (as a "
+        "KV-aware router), or random.",
+    )
+    affinity_header: str = Field(
+        default="X-Session-Affinity", min_length=1, description="The header sticky routing reads."
     )
     usage: bool = Field(
         default=True,

@@ -23,10 +23,11 @@ from itertools import count
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dagperf.dataset.text import chat_prompt_tokens, reply_words, text_tokens
+from dagperf.simulator.backends import BACKEND_HEADER, Backend, Router
 from dagperf.simulator.config import SimConfig
-from dagperf.simulator.prefix_cache import PrefixCache
 
 
 @dataclass(slots=True)
@@ -46,11 +47,22 @@ class SimRecord:
     cached_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+    backend: str | None = None  # which simulated backend served it
     body: Any = None
     headers: dict[str, str] | None = None
     reply: str | None = None  # the content sent, when bodies are recorded
     tool_call: dict[str, Any] | None = None  # the tool call sent instead, when recorded
     done: bool = field(default=False, repr=False)
+
+
+BACKEND = web.RequestKey("backend", str)
+
+
+async def _name_backend(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer to a model request says which backend gave it, as a router's pods do."""
+    backend = request.get(BACKEND)
+    if backend is not None:
+        response.headers[BACKEND_HEADER] = backend
 
 
 class BadRequest(Exception):
@@ -62,12 +74,12 @@ class Simulator:
 
     def __init__(self, config: SimConfig | None = None):
         self.config = config or SimConfig()
-        self.cache = PrefixCache(self.config.block_size, self.config.cache_blocks)
+        self.backends = [Backend(i, self.config) for i in range(self.config.backends)]
+        self.cache = self.backends[0].cache  # the only one, unless there are several backends
+        self._router = Router(self.backends, self.config)
         self.records: deque[SimRecord] = deque(maxlen=self.config.record_limit)
         self._errors = random.Random(self.config.seed)
         self._ids = count()
-        slots = self.config.max_concurrency
-        self._slots = asyncio.Semaphore(slots) if slots else None
 
     def app(self) -> web.Application:
         middlewares = [self._authorize] if self.config.api_key else []
@@ -77,6 +89,8 @@ class Simulator:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/sim/records", self._records)
+        app.router.add_get("/backends/{index}/metrics", self._metrics)
+        app.on_response_prepare.append(_name_backend)
         return app
 
     @web.middleware
@@ -93,6 +107,15 @@ class Simulator:
     async def _models(self, request: web.Request) -> web.Response:
         model = {"id": self.config.model, "object": "model", "owned_by": "dagperf"}
         return web.json_response({"object": "list", "data": [model]})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """A backend's metrics, in Prometheus' text format, as a vLLM pod serves them."""
+        try:
+            backend = self.backends[int(request.match_info["index"])]
+        except (ValueError, IndexError):
+            raise web.HTTPNotFound(text="no such backend") from None
+        body = generate_latest(backend.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _records(self, request: web.Request) -> web.Response:
         return web.json_response([_public(r) for r in self.records if r.done])
@@ -128,22 +151,33 @@ class Simulator:
             return self._finish(record, _error(400, "invalid_request_error", str(e)))
         if self.config.error_rate and self._errors.random() < self.config.error_rate:
             return self._finish(record, _error(500, "server_error", "simulated server error"))
-        reply = (request, record, body, prompt, length, finish, chat)
-        if self._slots is None:
-            return await self._respond(*reply, start, 0.0)
+        backend = self._router.pick(request.headers)
+        request[BACKEND] = record.backend = backend.name
+        reply = (request, record, body, prompt, length, finish, chat, backend)
+        metrics = backend.metrics
+        if backend.slots is None:
+            with metrics.running.track_inprogress():
+                return await self._respond(*reply, start, 0.0)
         waiting = loop.time()
-        async with self._slots:  # a request waits its turn for a slot, as for a batch seat
-            queued = loop.time() - waiting  # its timing starts over from here
-            return await self._respond(*reply, start + queued, queued)
+        with metrics.waiting.track_inprogress():
+            await backend.slots.acquire()  # a request waits its turn for a slot, as for a seat
+        try:
+            with metrics.running.track_inprogress():
+                queued = loop.time() - waiting  # its timing starts over from here
+                return await self._respond(*reply, start + queued, queued)
+        finally:
+            backend.slots.release()
 
     async def _respond(
         self, request: web.Request, record: SimRecord, body: dict[str, Any], prompt: list[str],
-        length: int, finish: str, chat: bool, start: float, queued_s: float,
+        length: int, finish: str, chat: bool, backend: Backend, start: float, queued_s: float,
     ) -> web.StreamResponse:  # fmt: skip
         """The reply, timed from `start` (arrival, plus any wait for a slot)."""
         loop = asyncio.get_running_loop()
         cfg = self.config
-        cached = self.cache.admit(prompt)
+        cached = backend.admit(prompt)
+        backend.metrics.generation_tokens.inc(length)
+        backend.metrics.success.inc()
         ttft_ms = cfg.ttft_ms + cfg.prefill_ms_per_token * (len(prompt) - cached)
         reasoning = min(cfg.reasoning_tokens, length) if chat else 0
         words = reply_words(cfg.seed, prompt, length)

@@ -41,6 +41,8 @@ class Exchange:
     reply: Reply = field(default_factory=Reply)
     streamed: bool = False
     error: ErrorInfo | None = None
+    backend: str | None = None  # which backend answered, and how that is known:
+    backend_source: str | None = None  # "header:<name>" or "connection" (its address)
 
 
 async def exchange(
@@ -51,10 +53,12 @@ async def exchange(
     out: Exchange,
     streaming: bool = True,
     written: Callable[[], None] | None = None,
+    backend_headers: tuple[str, ...] = (),
 ) -> None:
     """Send one request and fill `out`; `out` keeps what happened so far if cancelled.
     `streaming` says events were asked for, so a body that is not JSON is read as a stream;
-    `written` is called as the request goes out (again if it is resent)."""
+    `written` is called as the request goes out (again if it is resent); the first of
+    `backend_headers` the response carries names its backend, else the address answering."""
 
     def stamp() -> None:
         out.start_perf = time.perf_counter_ns()
@@ -69,6 +73,7 @@ async def exchange(
     try:
         async with asyncio.timeout(timeout_s), pool.post(body, headers, sent) as response:
             out.ack_ns = time.time_ns()
+            out.backend, out.backend_source = _backend(response, backend_headers)
             kind = response.content_type
             if response.status >= 400:
                 out.error = _http_error(response.status, response.reason, await response.read())
@@ -128,6 +133,14 @@ async def _read_stream(response: Response, out: Exchange) -> bytes:
         if event.data != _DONE and reply.add_chunk(event.data):
             stamps.append(time.perf_counter_ns())
     return head
+
+
+def _backend(response: Response, names: tuple[str, ...]) -> tuple[str | None, str | None]:
+    for name in names:
+        value = response.headers.get(name.lower())
+        if value:
+            return value[:200], f"header:{name.lower()}"
+    return response.peer, "connection" if response.peer else None
 
 
 def _not_a_completion(kind: str, message: str, body: bytes) -> ErrorInfo:

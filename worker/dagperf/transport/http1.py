@@ -60,6 +60,7 @@ class Response:
         self.status = status
         self.reason = reason
         self.headers: dict[str, str] = {}  # lower-case names; a repeated header keeps its last
+        self.peer = connection.peer  # the address that answered, "host:port"
 
     @property
     def content_type(self) -> str:
@@ -90,6 +91,7 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
+        self.peer: str | None = None
         self.used = False  # served a request before: may have been closed while idle
         self.response: Response | None = None
         self.answered = False  # a byte of the current response arrived
@@ -158,6 +160,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
 
     def data_received(self, data: bytes) -> None:
         self.answered = True

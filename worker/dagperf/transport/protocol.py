@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-VERSION = b"dagperf/4"  # 4: the Welcome carries the tokenizer itself, not its path
+VERSION = b"dagperf/5"  # 5: results name the backend that served them
 # The largest message each side accepts; libzmq drops a peer that sends more before a byte of it
 # is buffered, so no peer can make the other hold a huge frame. Credits carry whole prompts;
 # results are a few hundred bytes plus per-chunk timings.
@@ -38,6 +38,7 @@ class WorkerSettings(msgspec.Struct, frozen=True):
     # the run's tokenizer.json, for counts the server does not give: sent, since a worker may
     # run where the file is not
     tokenizer_json: str | None = None
+    backend_headers: tuple[str, ...] = ()  # response headers naming the backend, in order
 
 
 class Hello(msgspec.Struct, tag="hello", frozen=True):
@@ -106,6 +107,8 @@ class Result(msgspec.Struct, array_like=True, frozen=True):
     cancelled_ns: int | None = None
     token_source: str | None = None  # "usage", "tokenizer" or "estimate"
     started: tuple[int, ...] = ()  # the armed credits this one's success started
+    backend: str | None = None  # which backend served it (see `backend_source`)
+    backend_source: str | None = None  # "header:<name>", or "connection" (the peer address)
 
 
 class Results(msgspec.Struct, tag="results", frozen=True):

@@ -219,8 +219,9 @@ class Worker:
             armed = self._armed.unsent(credit.id)
             written = (lambda: self._written(credit.id)) if armed else None
             await exchange(
-                self._pool, raw, headers, settings.timeout_s, ex, settings.streaming, written
-            )
+                self._pool, raw, headers, settings.timeout_s, ex, settings.streaming, written,
+                settings.backend_headers,
+            )  # fmt: skip
         except asyncio.CancelledError:
             now = time.time_ns()
             began = ex.start_ns or now
@@ -263,8 +264,9 @@ class Worker:
         start = ex.start_ns or time.time_ns()
         end = ex.end_ns or time.time_ns()
         result = protocol.Result(
-            credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source, started
-        )
+            credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source, started,
+            ex.backend, ex.backend_source,
+        )  # fmt: skip
         if self._armed.add_result(result):
             asyncio.get_running_loop().call_soon(self._flush)
 

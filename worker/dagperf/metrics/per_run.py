@@ -1,0 +1,56 @@
+"""Per tree run, what its results said, held while it is in flight and handed on once whole.
+
+A run retires (the dispatcher is done with it) before or after its last results are recorded;
+its items go to `close` once both have happened, or at the end of the run for what never was.
+So memory follows the runs in flight, not the length of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from dagperf.engine import NodeState, Phase, TreeRun
+
+T = TypeVar("T")
+_ENDED = (NodeState.OK, NodeState.FAILED)
+
+
+class PerRun(Generic[T]):
+    def __init__(self, close: Callable[[TreeRun, list[T], bool], None]):
+        """`close(run, items, retired)`: `retired` False only for runs still open at the end."""
+        self._close = close
+        self._open: dict[int, tuple[TreeRun, list[T]]] = {}
+        self._retired: set[int] = set()
+
+    def add(self, run: TreeRun, item: T) -> None:
+        """An item of a profiling run (a warm-up's are not kept)."""
+        if run.phase != Phase.PROFILING:
+            return
+        entry = self._open.get(run.id)
+        if entry is None:
+            entry = self._open[run.id] = (run, [])
+        entry[1].append(item)
+        if run.id in self._retired and _all_in(run, entry[1]):
+            self._done(run.id, True)
+
+    def retire(self, run: TreeRun) -> None:
+        entry = self._open.get(run.id)
+        if entry is None:
+            return  # nothing of it was recorded (a warm-up run, or none sent)
+        self._retired.add(run.id)
+        if _all_in(run, entry[1]):
+            self._done(run.id, True)
+
+    def finish(self) -> None:
+        for run_id in list(self._open):
+            self._done(run_id, run_id in self._retired)
+
+    def _done(self, run_id: int, retired: bool) -> None:
+        run, items = self._open.pop(run_id)
+        self._retired.discard(run_id)
+        self._close(run, items, retired)
+
+
+def _all_in(run: TreeRun, items: list[T]) -> bool:
+    return len(items) >= sum(state in _ENDED for state in run.nodes)
