@@ -90,3 +90,13 @@ def stats(**nonzero: int) -> dict[str, int]:
         "parents_suspended parents_resumed parents_failed_due_to_child_error joins_suppressed"
     ).split()
     return dict.fromkeys(names, 0) | nonzero
+
+
+def fork_trees(roots: int = 20):
+    """Roots whose one turn forks three children of two turns: one FORK tree per root."""
+    lines = []
+    for r in range(roots):
+        kids = [f"r{r}k{k}" for k in range(3)]
+        lines.append(conv(f"r{r}", turn(messages=[user(f"root {r} " * 20)], forks=kids)))
+        lines += [conv(kid, turn(), turn()) for kid in kids]
+    return lines

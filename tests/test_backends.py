@@ -11,20 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dagperf.simulator import SimConfig, running_simulator
 
-from dagfile import conv, turn, user
+from dagfile import conv, fork_trees, turn
 from runs import profile
 
 SIM = SimConfig(ttft_ms=5, itl_ms=1, output_tokens=4, backends=2)
-
-
-def fork_trees(roots: int = 20):
-    """Roots whose one turn forks three children of two turns: one FORK tree per root."""
-    lines = []
-    for r in range(roots):
-        kids = [f"r{r}k{k}" for k in range(3)]
-        lines.append(conv(f"r{r}", turn(messages=[user(f"root {r} " * 20)], forks=kids)))
-        lines += [conv(kid, turn(), turn()) for kid in kids]
-    return lines
 
 
 async def chat(url: str, affinity: str | None) -> str:

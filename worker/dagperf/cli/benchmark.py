@@ -139,6 +139,15 @@ def report_flags(parser: argparse.ArgumentParser, metrics_port: int | None) -> N
         ".json and .csv): each window's requests, throughput and metric statistics",
     )  # fmt: skip
     group.add_argument(
+        "--server-metrics-url", action="append", default=[], metavar="URL",
+        help="a Prometheus text endpoint of a server (a vLLM or SGLang pod, a DCGM exporter) "
+        "to scrape during the run into server_metrics.jsonl (repeatable); see docs/backends.md",
+    )  # fmt: skip
+    group.add_argument(
+        "--server-metrics-interval", type=float, default=1.0, metavar="S",
+        help="seconds between scrapes (default: %(default)s)",
+    )  # fmt: skip
+    group.add_argument(
         "--benchmark-name", metavar="NAME",
         help="the `benchmark` label of the live metrics (default: the artifact directory's name)",
     )  # fmt: skip
@@ -148,6 +157,7 @@ def report_options(
     parser: argparse.ArgumentParser, args: argparse.Namespace, artifact_dir: Path
 ) -> dict[str, Any]:
     """Scheduler settings from the metrics flags, checked before anything starts."""
+    from dagperf.exports.server_metrics import ScrapeTargets
     from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
     from dagperf.metrics.tokens import TokenizerError, read_tokenizer
 
@@ -171,6 +181,13 @@ def report_options(
         parser.error(f"--max-error-rate: a fraction from 0 to 1, got {args.max_error_rate}")
     if args.slice_duration is not None and not 0 < args.slice_duration < math.inf:
         parser.error(f"--slice-duration: a number of seconds above 0, got {args.slice_duration}")
+    if not 0.05 <= args.server_metrics_interval < math.inf:
+        parser.error(
+            f"--server-metrics-interval: 0.05 s or more, got {args.server_metrics_interval}"
+        )
+    for url in args.server_metrics_url:
+        if not url.startswith(("http://", "https://")):
+            parser.error(f"--server-metrics-url: not an http(s) URL: {url!r}")
     if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
         parser.error(f"--metrics-port: not a port: {args.metrics_port}")
     return {
@@ -183,6 +200,9 @@ def report_options(
         "summary_file": args.summary_file,
         "max_error_rate": args.max_error_rate,
         "slice_duration_s": args.slice_duration,
+        "scrape": ScrapeTargets(tuple(args.server_metrics_url), args.server_metrics_interval)
+        if args.server_metrics_url
+        else None,
     }
 
 

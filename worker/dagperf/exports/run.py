@@ -5,6 +5,8 @@ The scheduler decides; this writes what it measured.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,12 @@ from dagperf.config import EndpointConfig
 from dagperf.engine import Flight, TreeRun
 from dagperf.exports.inputs import write_inputs
 from dagperf.exports.records import RecordWriter, record
+from dagperf.exports.server_metrics import (
+    ScrapeTargets,
+    ServerMetrics,
+    scrape_forever,
+    scrape_once,
+)  # fmt: skip
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
 from dagperf.exports.timeslices import timeslices, write_timeslices
 from dagperf.graph import RequestGraph
@@ -58,9 +66,13 @@ class RunOutput:
         goodput: dict[str, float] | None,
         live: LiveMetrics | None,
         slice_s: float | None = None,
+        scrape: ScrapeTargets | None = None,
     ):
         self.artifacts = artifacts
         self.slice_s = slice_s
+        self._scrape = scrape
+        self.server_metrics: ServerMetrics | None = None
+        self._scraping: asyncio.Task[None] | None = None
         self.summary = PhaseSummary(goodput)
         self.dag_report = DagReport()
         self.sessions = SessionMetrics(self.summary.is_good, self._write_session)
@@ -75,6 +87,11 @@ class RunOutput:
         write_inputs(self.artifacts.inputs, graph, endpoint)
         self._records = RecordWriter(self.artifacts.records)
         self._session_lines = RecordWriter(self.artifacts.sessions)
+        if self._scrape is not None:  # in the run's event loop, until `close`
+            path = self.artifacts.directory / "server_metrics.jsonl"
+            self.server_metrics = ServerMetrics(self._scrape, path)
+            loop = asyncio.get_running_loop()
+            self._scraping = loop.create_task(scrape_forever(self.server_metrics))
 
     def add(
         self, flight: Flight, result: protocol.Result, issued: int, params: dict[str, Any]
@@ -106,7 +123,15 @@ class RunOutput:
         for writer in self._writers():
             writer.flush()
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Finish the files; the servers' metrics get one last scrape, of the run's end."""
+        if self._scraping is not None:
+            self._scraping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scraping
+        if self.server_metrics is not None:
+            await scrape_once(self.server_metrics)
+            self.server_metrics.close()
         self.sessions.finish()
         self.locality.finish()
         for writer in self._writers():
@@ -134,6 +159,8 @@ class RunOutput:
         )
         sessions = self.sessions.report(self.summary.duration_s)
         document |= sessions | {"dag_report": self.dag_report.report()}
+        if self.server_metrics is not None:
+            document["server_metrics"] = self.server_metrics.report()
         locality = self.locality.report()
         if locality is not None:
             document["backend_locality"] = locality

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dagperf.exports.server_metrics import ScrapeTargets
 from dagperf.keys import SchedulerKeys
 
 
@@ -32,3 +33,4 @@ class SchedulerOptions:
     summary_file: Path | None = None  # the final report, for the operator
     max_error_rate: float = 1.0
     slice_duration_s: float | None = None  # timeslice exports, after the run
+    scrape: ScrapeTargets | None = None  # the servers' own metrics, during the run

@@ -54,7 +54,8 @@ class Scheduler:
         self.on_progress = on_progress
         self.dispatcher = Dispatcher(graph, load, time.monotonic)
         self.live = LiveMetrics(options.benchmark) if options.metrics_port is not None else None
-        self.output = RunOutput(artifacts, options.goodput, self.live, options.slice_duration_s)
+        o = options
+        self.output = RunOutput(artifacts, o.goodput, self.live, o.slice_duration_s, o.scrape)
         self.status_server: StatusServer | None = None
         self._state = RunState.WAITING
         self.endpoint_url: str | None = None  # the address really bound, once listening
@@ -109,7 +110,7 @@ class Scheduler:
             for handle in (self._watchdog, self._timer, self._cancel_deadline):
                 if handle is not None:
                     handle.cancel()
-            self.output.close()
+            await self.output.close()
             self._channel.close()
             gate.close()
         outcome = self._write_summary()
