@@ -369,6 +369,43 @@ async def test_a_search_that_found_no_load_fails_with_the_reason(kube):
     assert b["status"]["search"]["steps"] == answer["steps"]
 
 
+def backend_pod(name: str, ip: str, phase: str = "Running") -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": "vllm", "tier": "llm"}},
+        "status": {"phase": phase, "podIP": ip},
+    }  # fmt: skip
+
+
+async def test_server_metrics_are_scraped_from_each_running_backend_pod_directly(kube):
+    _, api, _ = kube
+    for pod in (backend_pod("vllm-b", "10.0.0.8"), backend_pod("vllm-a", "10.0.0.7"),
+                backend_pod("vllm-new", "10.0.0.9", phase="Pending")):  # fmt: skip
+        await api.create(f"{CORE}/pods", pod)
+    endpoint = {"url": "http://vllm:8000", "model": "m", "backendHeaders": ["x-pod"]}
+    wanted = {"selector": {"app": "vllm"}, "port": 8000, "intervalSeconds": 2}
+    await created(api, endpoint=endpoint, serverMetrics=wanted)
+    job = await api.get(f"{JOBS}/demo-scheduler")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    urls = [command[i + 1] for i, flag in enumerate(command) if flag == "--server-metrics-url"]
+    assert urls == ["http://10.0.0.7:8000/metrics", "http://10.0.0.8:8000/metrics"]
+    assert command[command.index("--server-metrics-interval") + 1] == "2"
+    assert command[command.index("--backend-header") + 1] == "x-pod"
+
+
+async def test_server_metrics_selecting_no_running_pod_fail_before_launch(kube):
+    _, api, _ = kube
+    await api.create(f"{CORE}/configmaps", config_map())
+    wanted = {"selector": {"app": "nothing-here"}, "port": 8000}
+    await api.create(BENCH, benchmark(serverMetrics=wanted))
+    b = await api.until(NS, "demo", phase("Failed"))
+    accepted = condition(b, "SpecAccepted")
+    assert (accepted["reason"], accepted["status"]) == ("NoBackendPods", "False")
+    assert "no running pod in " + NS + " has the labels app=nothing-here" in accepted["message"]
+    assert await api.get(f"{JOBS}/demo-scheduler") is None
+
+
 @pytest.mark.parametrize(
     ("code", "reason", "message", "expected"),
     [

@@ -139,7 +139,11 @@ def create(
             "Valid",
             f"configmap/{parsed.dataset.config_map_ref.name} key {key}",
         )
-        _launch(body, name, namespace, parsed, key, kube, memo.settings)
+        scrape, problem = _backend_metrics(parsed, namespace, kube)
+        if problem:
+            _fail(body, patch, conditions, Condition.SPEC_ACCEPTED, "NoBackendPods", problem)
+            return
+        _launch(body, name, namespace, parsed, key, kube, memo.settings, scrape)
     except ApiException as e:
         if retry + 1 >= RETRIES or (400 <= e.status < 500 and e.status != 429):
             _fail(
@@ -178,6 +182,20 @@ def _launched(name: str, spec: BenchmarkSpec, conditions: list[dict[str, Any]]) 
         "progress": {"requestsCompleted": 0, "errors": 0, "display": "0"},
         "resultsPath": f"{claim}:{manifests.RESULTS_DIR}/{name}" if claim else None,
     }
+
+
+def _backend_metrics(
+    spec: BenchmarkSpec, namespace: str, kube: Kube
+) -> tuple[tuple[str, ...], str | None]:
+    """The metrics URLs of the backend pods `spec.serverMetrics` selects, or why there are none."""
+    if spec.server_metrics is None:
+        return (), None
+    pods = kube.pods(namespace, spec.server_metrics.selector)
+    urls = manifests.server_metrics_urls(spec, pods)
+    if urls:
+        return urls, None
+    labels = ",".join(f"{k}={v}" for k, v in spec.server_metrics.selector.items())
+    return (), f"serverMetrics: no running pod in {namespace} has the labels {labels}"
 
 
 def _check_tokenizer(spec: BenchmarkSpec, namespace: str, kube: Kube) -> str | None:
@@ -235,6 +253,7 @@ def _launch(
     key: str,
     kube: Kube,
     settings: OperatorSettings,
+    scrape: tuple[str, ...] = (),
 ) -> None:
     keys = KeySet.generate(settings.control_token(body.metadata.uid or name))
     objects = [
@@ -242,7 +261,7 @@ def _launch(
         manifests.scheduler_network_policy(name, settings) if settings.network_policy else None,
         manifests.results_claim(name, spec),
         manifests.scheduler_service(name, settings),
-        manifests.scheduler_job(name, spec, key, settings),
+        manifests.scheduler_job(name, spec, key, settings, scrape),
         None if spec.search else manifests.worker_deployment(name, namespace, spec, settings),
     ]
     for obj in objects:

@@ -181,8 +181,10 @@ def model_flags(options: BaseModel, prefix: str = "") -> list[str]:
 
 
 def scheduler_command(
-    name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings
-) -> list[str]:
+    name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings,
+    scrape: tuple[str, ...] = (),
+) -> list[str]:  # fmt: skip
+    """`scrape`: the metrics URLs of the backend pods (see `server_metrics_urls`)."""
     e, load = spec.endpoint, spec.load
     dataset = f"{DATASET_DIR}/{dataset_key}"
     command = ["dagperf", "search" if spec.search else "scheduler"]
@@ -197,6 +199,12 @@ def scheduler_command(
         command.append("--streaming")
     if e.extra_inputs:
         command += ["--extra-inputs", json.dumps(e.extra_inputs, sort_keys=True)]
+    for header in e.backend_headers:
+        command += ["--backend-header", header]
+    for url in scrape:
+        command += ["--server-metrics-url", url]
+    if scrape and spec.server_metrics is not None:
+        command += ["--server-metrics-interval", f"{spec.server_metrics.interval_seconds:g}"]
     if spec.dataset.tokenizer is not None:
         command += ["--tokenizer", TOKENIZER_FILE]
     command += model_flags(load_config(load))
@@ -235,14 +243,15 @@ def scheduler_command(
 
 
 def scheduler_job(
-    name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings
-) -> dict[str, Any]:
+    name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings,
+    scrape: tuple[str, ...] = (),
+) -> dict[str, Any]:  # fmt: skip
     names = Names(name)
     image = spec.image or settings.image
     container = _container(
         "scheduler",
         image,
-        scheduler_command(name, spec, dataset_key, settings),
+        scheduler_command(name, spec, dataset_key, settings, scrape),
         _resources(spec.scheduler.resources, settings.scheduler_resources),
         settings,
     )
@@ -387,6 +396,22 @@ def worker_deployment(
             },
         },
     }
+
+
+def server_metrics_urls(spec: BenchmarkSpec, pods: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Each running backend pod's metrics URL, by its pod IP: scraped directly, not through a
+    Service, so each backend is seen on its own."""
+    wanted = spec.server_metrics
+    if wanted is None:
+        return ()
+    urls = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        ip = status.get("podIP")
+        if ip and status.get("phase") == "Running":
+            host = f"[{ip}]" if ":" in ip else ip
+            urls.append(f"http://{host}:{wanted.port}{wanted.path}")
+    return tuple(sorted(urls))
 
 
 def _placement(placement: Placement) -> dict[str, Any]:

@@ -10,10 +10,18 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)  # fmt: skip
 from pydantic.alias_generators import to_camel
 
-from dagperf.config import LoadConfig
+from dagperf.config import LoadConfig, header_names
 from dagperf.health.report import HealthOptions
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 from dagperf.search.objectives import parse_objectives, unmeasurable
@@ -54,6 +62,29 @@ class Endpoint(_Model):
     )
     extra_inputs: dict[str, Any] = Field(
         default_factory=dict, description="Fields added to every request body."
+    )
+    backend_headers: list[str] = Field(
+        default_factory=list,
+        description="Response headers naming the backend pod that served a request "
+        "(--backend-header), for FORK-tree locality; default: the address that answered.",
+    )
+
+    @field_validator("backend_headers")
+    @classmethod
+    def _header_names(cls, names: list[str]) -> list[str]:
+        return header_names(names)  # the CLI's own rule
+
+
+class ServerMetrics(_Model):
+    """The backend pods whose Prometheus metrics are scraped during the run, each directly."""
+
+    selector: dict[str, str] = Field(
+        min_length=1, description="Labels the backend pods carry (all must match)."
+    )
+    port: int = Field(ge=1, le=65535, description="Their metrics port.")
+    path: str = Field(default="/metrics", pattern="^/", description="Their metrics path.")
+    interval_seconds: float = Field(
+        default=1.0, ge=0.05, le=3600, description="Between scrapes (--server-metrics-interval)."
     )
 
 
@@ -279,6 +310,11 @@ class BenchmarkSpec(_Model):
     suspend: bool = Field(
         default=False,
         description="True stops a running benchmark gracefully, keeping partial results.",
+    )
+    server_metrics: ServerMetrics | None = Field(
+        default=None,
+        description="Scrape the backend pods' own metrics during the run (--server-metrics-url "
+        "for each pod running when the Benchmark starts).",
     )
     search: Search | None = Field(
         default=None,

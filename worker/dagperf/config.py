@@ -128,10 +128,7 @@ class EndpointConfig(BaseModel):
     @field_validator("backend_headers")
     @classmethod
     def _header_names(cls, names: list[str]) -> list[str]:
-        for name in names:
-            if not name or not all(c.isalnum() or c in "-_" for c in name):
-                raise ValueError(f"not a header name: {name!r}")
-        return names
+        return header_names(names)
 
     @field_validator("api_key", mode="before")
     @classmethod
@@ -170,6 +167,15 @@ class EndpointConfig(BaseModel):
         out = self.model_dump(mode="json")
         out["api_key"] = "<redacted>" if self.api_key else None
         return out
+
+
+def header_names(names: list[str]) -> list[str]:
+    """The names, if each can name an HTTP header; else a ValueError naming the first that
+    cannot."""
+    for name in names:
+        if not name or not all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
+            raise ValueError(f"not a header name: {name!r}")
+    return names
 
 
 def api_key_problem(key: str) -> str | None:
