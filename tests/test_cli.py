@@ -129,3 +129,28 @@ def test_a_run_works_when_the_temporary_directory_is_too_deep_for_a_socket(tmp_p
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "a" / "profile_export_aiperf.json").exists()
+
+
+EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
+    "examples/dag_jsonl/example.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
+    "examples/dag_jsonl/three-roots.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
+    "examples/search/single-turn.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
+    "examples/backends/fork-heavy.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
+    "examples/traces/mooncake.jsonl": ["--custom-dataset-type", "mooncake_trace"],
+    "examples/traces/timed_sessions.jsonl": ["--custom-dataset-type", "timed_synthetic_session"],
+    "examples/session_configs/linear.yaml": ["--session-config"],
+    "examples/session_configs/branching.yaml": ["--session-config"],
+}
+
+
+def test_every_example_dataset_is_valid():
+    from pathlib import Path
+
+    found = {
+        str(p) for p in Path("examples").rglob("*") if p.is_file() and p.parent.name != "examples"
+    }
+    assert found == set(EXAMPLE_TYPES), "a new example needs its type here"
+    for path, flags in EXAMPLE_TYPES.items():
+        args = [*flags, path] if flags == ["--session-config"] else [path, *flags]
+        result = run("validate", *args)
+        assert result.returncode == 0, result.stdout + result.stderr

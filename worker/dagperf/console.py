@@ -181,8 +181,9 @@ def _locality_lines(locality: dict[str, Any] | None) -> list[str]:
     ]
     home, away = locality.get("home_backend_ms"), locality.get("off_home_backend_ms")
     if home and away:
-        lines.append(f"  later requests at home p50 {_number(home['p50'])} ms, away p50 "
-                     f"{_number(away['p50'])} ms")  # fmt: skip
+        lines.append(f"  later requests at home avg {_number(home['avg'])} ms (p99 "
+                     f"{_number(home['p99'])}), away avg {_number(away['avg'])} ms (p99 "
+                     f"{_number(away['p99'])})")  # fmt: skip
     return lines
 
 
