@@ -51,7 +51,11 @@ class Endpoint(_Model):
         default=None,
         description="Model for turns that name none (default: the first the server lists).",
     )
-    type: Literal["chat", "completions"] = Field(default="chat", description="The API to call.")
+    type: Literal["chat", "completions", "responses", "messages"] = Field(
+        default="chat",
+        description="The API to call: OpenAI chat or completions, OpenAI Responses, or "
+        "Anthropic Messages.",
+    )
     streaming: bool = Field(
         default=True, description="Stream responses; time to first token needs it."
     )

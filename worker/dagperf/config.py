@@ -12,7 +12,13 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+ENDPOINT_PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "responses": "/v1/responses",  # OpenAI's Responses API
+    "messages": "/v1/messages",  # Anthropic's Messages API
+}
+MESSAGES_MAX_TOKENS = 4096  # the Messages API needs a limit: a turn that sets none gets this
 MAX_RATE = 1e6  # roots per second: past any endpoint, and a rate the clock can still space
 MAX_SECONDS = 30 * 86_400.0  # durations and timeouts: a month; inf or 1e308 would hang a timer
 
@@ -94,8 +100,10 @@ class EndpointConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(description="Server base URL; a missing scheme means http://.")
-    endpoint_type: Literal["chat", "completions"] = Field(
-        default="chat", description="OpenAI API to call."
+    endpoint_type: Literal["chat", "completions", "responses", "messages"] = Field(
+        default="chat",
+        description="The API to call: OpenAI chat or completions, OpenAI Responses, or "
+        "Anthropic Messages.",
     )
     endpoint: str | None = Field(
         default=None, description="Request path, when not the standard one for the type."

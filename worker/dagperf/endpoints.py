@@ -1,9 +1,12 @@
-"""Request bodies for the two OpenAI APIs, and the reply a turn leaves in its history.
+"""Request bodies for each API, and the reply a turn leaves in its history.
 
 A body is `params` (model, max_tokens, tools, stream, the run's extra inputs, then the turn's own
 `extra`, which wins) plus the conversation: the history followed by the turn's messages. The
 scheduler computes `params` once per authored turn; the worker adds the history it holds. Chat
-sends the messages as they are; completions renders them as one prompt text.
+sends the messages as they are; completions renders them as one prompt text; Responses sends
+them as input messages (the whole history each time, never `previous_response_id`); Messages
+moves system messages to `system` and sends the rest as user and assistant turns, with the
+`max_tokens` that API requires.
 
 History is pure append: a turn's context is its history parent's context, then the captured
 reply, then its own messages. The reply keeps the content and the tool calls and drops reasoning,
@@ -16,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dagperf.config import EndpointConfig
+from dagperf.config import MESSAGES_MAX_TOKENS, EndpointConfig
 from dagperf.graph import Payload
 
 Message = dict[str, Any]
@@ -24,11 +27,18 @@ Message = dict[str, Any]
 
 def request_params(payload: Payload, endpoint: EndpointConfig) -> dict[str, Any]:
     """Every body field of one authored turn except the conversation."""
+    api = endpoint.endpoint_type
     params: dict[str, Any] = {"model": payload.model or endpoint.model}
     if endpoint.streaming:
         params["stream"] = True
-        params["stream_options"] = {"include_usage": True}
-    if payload.max_tokens is not None:
+        if api in ("chat", "completions"):  # the others report usage in their last events
+            params["stream_options"] = {"include_usage": True}
+    if api == "responses":
+        if payload.max_tokens is not None:
+            params["max_output_tokens"] = payload.max_tokens
+    elif api == "messages":
+        params["max_tokens"] = payload.max_tokens or MESSAGES_MAX_TOKENS
+    elif payload.max_tokens is not None:
         params["max_tokens"] = payload.max_tokens
     if payload.tools is not None:
         params["tools"] = payload.tools
@@ -43,7 +53,27 @@ def request_body(
 ) -> dict[str, Any]:
     if endpoint_type == "chat":
         return {"messages": messages, **params}
+    if endpoint_type == "responses":
+        return {"input": [_as_input(m) for m in messages], **params}
+    if endpoint_type == "messages":
+        system = "\n".join(message_text(m) for m in messages if m.get("role") == "system")
+        turns = [_as_turn(m) for m in messages if m.get("role") != "system"]
+        return {**({"system": system} if system else {}), "messages": turns, **params}
     return {"prompt": prompt_text(messages), **params}
+
+
+def _as_input(message: Message) -> Message:
+    """A chat message as a Responses input message: its role and text (a tool's result, or
+    a call, as text: the full history is sent, never `previous_response_id`)."""
+    role = message.get("role")
+    return {"role": role if role in ("user", "assistant", "system", "developer") else "user",
+            "content": message_text(message)}  # fmt: skip
+
+
+def _as_turn(message: Message) -> Message:
+    """A chat message as a Messages turn: user or assistant, with its text."""
+    role = "assistant" if message.get("role") == "assistant" else "user"
+    return {"role": role, "content": message_text(message) or "(empty)"}
 
 
 def prompt_text(messages: list[Message]) -> str:

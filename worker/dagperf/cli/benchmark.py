@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from dagperf import verdict
 from dagperf.cli.flags import add_model_flags, log_flags
-from dagperf.config import EndpointConfig, LoadConfig
+from dagperf.config import ENDPOINT_PATHS, EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
@@ -62,7 +62,11 @@ def _endpoint_flags(parser: argparse.ArgumentParser, url_required: bool) -> None
         help="server base URL" + ("" if url_required else " (default: the built-in simulator)"),
     )
     group.add_argument("-m", "--model", help="model name (default: the first one the server lists)")
-    group.add_argument("--endpoint-type", choices=("chat", "completions"), default="chat")
+    group.add_argument(
+        "--endpoint-type", choices=tuple(ENDPOINT_PATHS), default="chat",
+        help="chat or completions (OpenAI), responses (OpenAI Responses), messages (Anthropic "
+        "Messages; the key goes in x-api-key) (default: %(default)s)",
+    )  # fmt: skip
     group.add_argument("--endpoint", help="request path, if not the standard one for the type")
     group.add_argument("--streaming", action="store_true", help="stream responses")
     group.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY)")

@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from dagperf.dataset.text import chat_prompt_tokens, reply_words, text_tokens
 from dagperf.simulator.backends import BACKEND_HEADER, Backend, Router
 from dagperf.simulator.config import SimConfig
+from dagperf.simulator.dialects import DialectReply
 
 
 @dataclass(slots=True)
@@ -86,6 +87,8 @@ class Simulator:
         app = web.Application(client_max_size=64 * 1024**2, middlewares=middlewares)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/messages", self._messages)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/sim/records", self._records)
@@ -96,7 +99,12 @@ class Simulator:
     @web.middleware
     async def _authorize(self, request: web.Request, handler: Any) -> web.StreamResponse:
         expected = f"Bearer {self.config.api_key}"
-        if request.path.startswith("/v1/") and request.headers.get("Authorization") != expected:
+        keyed = request.headers.get("x-api-key") == self.config.api_key  # Anthropic's scheme
+        if (
+            request.path.startswith("/v1/")
+            and not keyed
+            and (request.headers.get("Authorization") != expected)
+        ):
             return _error(401, "authentication_error", "a valid API key is required")
         response: web.StreamResponse = await handler(request)
         return response
@@ -121,18 +129,24 @@ class Simulator:
         return web.json_response([_public(r) for r in self.records if r.done])
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, chat=True)
+        return await self._serve(request, "chat")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, chat=False)
+        return await self._serve(request, "completions")
 
-    async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "responses")
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "messages")
+
+    async def _serve(self, request: web.Request, api: str) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         start = loop.time()
         record = SimRecord(
             request_id=request.headers.get("X-Request-ID"),
             correlation_id=request.headers.get("X-Correlation-ID"),
-            endpoint="chat" if chat else "completions",
+            endpoint=api,
             stream=False,
             status=200,
             received_ns=time.time_ns(),
@@ -145,7 +159,7 @@ class Simulator:
             if self.config.record_bodies:
                 record.body = body
                 record.headers = dict(request.headers)
-            prompt = _prompt_tokens(body, chat)
+            prompt = _prompt_tokens(body, api)
             length, finish = self._reply_length(body)
         except BadRequest as e:
             return self._finish(record, _error(400, "invalid_request_error", str(e)))
@@ -153,7 +167,7 @@ class Simulator:
             return self._finish(record, _error(500, "server_error", "simulated server error"))
         backend = self._router.pick(request.headers)
         request[BACKEND] = record.backend = backend.name
-        reply = (request, record, body, prompt, length, finish, chat, backend)
+        reply = (request, record, body, prompt, length, finish, api, backend)
         metrics = backend.metrics
         if backend.slots is None:
             with metrics.running.track_inprogress():
@@ -170,16 +184,16 @@ class Simulator:
 
     async def _respond(
         self, request: web.Request, record: SimRecord, body: dict[str, Any], prompt: list[str],
-        length: int, finish: str, chat: bool, backend: Backend, start: float, queued_s: float,
+        length: int, finish: str, api: str, backend: Backend, start: float, queued_s: float,
     ) -> web.StreamResponse:  # fmt: skip
         """The reply, timed from `start` (arrival, plus any wait for a slot)."""
-        loop = asyncio.get_running_loop()
         cfg = self.config
         cached = backend.admit(prompt)
         backend.metrics.generation_tokens.inc(length)
         backend.metrics.success.inc()
         ttft_ms = cfg.ttft_ms + cfg.prefill_ms_per_token * (len(prompt) - cached)
-        reasoning = min(cfg.reasoning_tokens, length) if chat else 0
+        chat = api == "chat"
+        reasoning = min(cfg.reasoning_tokens, length) if api != "completions" else 0
         words = reply_words(cfg.seed, prompt, length)
         record.intended_ttft_ms = queued_s * 1000 + ttft_ms
         record.prompt_tokens = len(prompt)
@@ -187,39 +201,51 @@ class Simulator:
         record.completion_tokens = length
         record.reasoning_tokens = reasoning
         tool = _forced_tool(body) if chat else None
+        usage = _usage(len(prompt), cached, length, reasoning) if cfg.usage else None
+        model = body["model"] if isinstance(body.get("model"), str) else cfg.model
+        if api in ("responses", "messages"):
+            other = DialectReply(api, f"{api[:4]}-{next(self._ids):x}", model, words, reasoning,
+                                 finish, usage)  # fmt: skip
+            return await self._send(request, record, other, start + ttft_ms / 1000, True)
         reply = _Reply(
             id=f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):x}",
-            model=body["model"] if isinstance(body.get("model"), str) else cfg.model,
+            model=model,
             chat=chat,
             words=words,
             reasoning=reasoning,
             finish="tool_calls" if tool else finish,
-            usage=_usage(len(prompt), cached, length, reasoning) if cfg.usage else None,
+            usage=usage,
             tool=tool,
         )
-        if cfg.record_bodies:
-            record.reply = "" if tool else "".join(reply.texts()[1])
-            record.tool_call = reply.tool_call()
-        first_due = start + ttft_ms / 1000
-        if not record.stream:
-            await _sleep_until(loop, first_due + (length - 1) * cfg.itl_ms / 1000)
-            return self._finish(record, web.json_response(reply.whole()))
+        record.tool_call = reply.tool_call() if cfg.record_bodies else None
         include_usage = cfg.usage and _include_usage(body)
+        return await self._send(request, record, reply, start + ttft_ms / 1000, include_usage)
+
+    async def _send(
+        self, request: web.Request, record: SimRecord, reply: _Reply | DialectReply,
+        first_due: float, include_usage: bool,
+    ) -> web.StreamResponse:  # fmt: skip
+        """The reply, whole once its last token is due, or streamed token by token."""
+        if self.config.record_bodies:
+            record.reply = "" if record.tool_call else "".join(reply.texts()[1])
+        if not record.stream:
+            last = first_due + (len(reply.words) - 1) * self.config.itl_ms / 1000
+            await _sleep_until(asyncio.get_running_loop(), last)
+            return self._finish(record, web.json_response(reply.whole()))
         return await self._stream(request, record, reply, first_due, include_usage)
 
     async def _stream(
         self,
         request: web.Request,
         record: SimRecord,
-        reply: _Reply,
+        reply: _Reply | DialectReply,
         first_due: float,
         include_usage: bool,
     ) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         itl = self.config.itl_ms / 1000
         chunks = reply.chunks()
-        tail = reply.final_chunk() + (reply.usage_chunk() if include_usage else b"")
-        tail += b"data: [DONE]\n\n"
+        tail = reply.tail(include_usage)
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
@@ -269,7 +295,8 @@ class Simulator:
 
     def _reply_length(self, body: dict[str, Any]) -> tuple[int, str]:
         """Tokens to generate and the finish reason, as a server with EOS would decide."""
-        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        limit = body.get("max_completion_tokens", body.get("max_output_tokens",
+                                                           body.get("max_tokens")))  # fmt: skip
         floor = body.get("min_tokens") or 0
         for name, value in (("max_tokens", limit), ("min_tokens", floor)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -343,6 +370,11 @@ class _Reply:
             out.append(f'{prefix}{delta},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode())
         return out
 
+    def tail(self, include_usage: bool) -> bytes:
+        """What follows the last token: the finish reason, the usage if asked, [DONE]."""
+        usage = self.usage_chunk() if include_usage else b""
+        return self.final_chunk() + usage + b"data: [DONE]\n\n"
+
     def final_chunk(self) -> bytes:
         delta = '"delta":{}' if self.chat else '"text":""'
         return f'{self._prefix()}{delta},"finish_reason":"{self.finish}"}}]}}\n\n'.encode()
@@ -375,8 +407,20 @@ class _Reply:
         } | ({"usage": self.usage} if self.usage is not None else {})
 
 
-def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
-    if chat:
+def _prompt_tokens(body: dict[str, Any], api: str) -> list[str]:
+    if api == "responses":
+        given = body.get("input")
+        messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'input' must be a string or a non-empty array")
+        return chat_prompt_tokens(messages, body.get("tools"))
+    if api == "messages":
+        if not isinstance(body.get("max_tokens"), int):
+            raise BadRequest("max_tokens: Field required")  # as Anthropic's API answers
+        system = body.get("system")
+        head = [{"role": "system", "content": system}] if isinstance(system, str) else []
+        return _prompt_tokens({"messages": head + (body.get("messages") or [])}, "chat")
+    if api == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty array")

@@ -8,6 +8,7 @@ a stream or as the body of a failed response.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -28,7 +29,7 @@ class _Choice(msgspec.Struct):
     text: str | None = None
 
 
-class _Usage(msgspec.Struct):
+class Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: dict[str, Any] | None = None
@@ -37,7 +38,7 @@ class _Usage(msgspec.Struct):
 
 class _Body(msgspec.Struct):
     choices: list[_Choice] | None = None
-    usage: _Usage | None = None
+    usage: Usage | None = None
     error: Any = None
     object: str | None = None
     message: str | None = None
@@ -82,17 +83,27 @@ def server_error(body: _Body) -> ServerError:
 class Reply:
     """Everything one request got back, accumulated chunk by chunk or from one body."""
 
-    __slots__ = ("completion", "content", "reasoning", "tool_calls", "usage")
+    __slots__ = ("_body", "_chunk", "completion", "content", "reasoning", "tool_calls", "usage")
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        chunk: Callable[[Reply, bytes], bool] | None = None,
+        body: Callable[[Reply, bytes], None] | None = None,
+    ) -> None:
+        """`chunk` and `body` parse another API's events and bodies into this reply (see
+        `dialects`); without them, the OpenAI chat and completions shapes."""
+        self._chunk = chunk
+        self._body = body
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
-        self.usage: _Usage | None = None
+        self.usage: Usage | None = None
         self.completion = False  # a choice or a usage block arrived: this is a completion
 
     def add_chunk(self, raw: bytes) -> bool:
         """Fold in one stream chunk; True when it carried output (content or reasoning)."""
+        if self._chunk is not None:
+            return self._chunk(self, raw)
         body = decode(raw)
         if body.choices or body.usage is not None:
             self.completion = True
@@ -120,6 +131,9 @@ class Reply:
 
     def add_body(self, raw: bytes) -> None:
         """A whole non-streaming response."""
+        if self._body is not None:
+            self._body(self, raw)
+            return
         body = decode(raw)
         self.completion = bool(body.choices) or body.usage is not None
         self.usage = body.usage

@@ -28,6 +28,7 @@ from dagperf.metrics.tokens import TokenCounter, TokenizerError
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel, receive
 from dagperf.transport.client import Exchange, exchange
+from dagperf.transport.dialects import reply_for
 from dagperf.transport.http1 import Pool
 from dagperf.worker.armed import ArmedCredits
 from dagperf.worker.histories import Histories
@@ -35,6 +36,7 @@ from dagperf.worker.options import WorkerConfig
 from dagperf.worker.wire import Heartbeat, connect
 
 log = logging.getLogger("dagperf.worker")
+ANTHROPIC_VERSION = "2023-06-01"
 
 _json = msgspec.json.Encoder()
 WAITING_LOG_S = 5.0  # how often a worker says it is still waiting for its scheduler
@@ -164,7 +166,12 @@ class Worker:
             self._counter = TokenCounter()
         headers = {"Content-Type": "application/json", "User-Agent": "dagperf"}
         if self.config.api_key:
-            headers["Authorization"] = f"Bearer {self.config.api_key}"
+            if settings.endpoint_type == "messages":  # Anthropic's scheme
+                headers["x-api-key"] = self.config.api_key
+            else:
+                headers["Authorization"] = f"Bearer {self.config.api_key}"
+        if settings.endpoint_type == "messages":
+            headers["anthropic-version"] = ANTHROPIC_VERSION
         if settings.streaming:
             headers["Accept"] = "text/event-stream"
         path = self.config.endpoint or ENDPOINT_PATHS.get(settings.endpoint_type, "")
@@ -203,7 +210,7 @@ class Worker:
     async def _serve(self, credit: protocol.Credit) -> None:
         settings = self._settings
         assert settings is not None and self._pool is not None
-        ex = Exchange()
+        ex = Exchange(reply=reply_for(settings.endpoint_type))
         messages = self._context(credit)
         if messages is None:
             where = f"node {credit.history} of run {credit.run}"
