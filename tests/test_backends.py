@@ -4,6 +4,8 @@ and of each FORK tree to a home, checked against the records on their own."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 
 import aiohttp
@@ -12,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from dagperf.simulator import SimConfig, running_simulator
 
 from dagfile import conv, fork_trees, turn
-from runs import profile
+from emulator import ROOT
+from runs import finish, free_port, profile, start_profile
 
 SIM = SimConfig(ttft_ms=5, itl_ms=1, output_tokens=4, backends=2)
 
@@ -107,4 +110,28 @@ async def test_without_a_backend_header_the_answering_address_names_the_backend(
     assert {(r["metadata"]["backend"], r["metadata"]["backend_source"]) for r in run.records} == {
         (f"127.0.0.1:{port}", "connection")
     }
+    assert run.summary["backend_locality"]["method"] == "connection"
+
+
+async def test_a_name_with_several_addresses_spreads_connections_and_names_each(tmp_path):
+    """A headless Service: one name, one address per pod. Connections go to each address in
+    turn, and without a backend header each record names the address that answered."""
+    port = free_port()
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps({"llm.bench.svc": ["127.0.0.1", "127.0.0.2"]}))
+    resolver = str(ROOT / "tests" / "cluster" / "resolver")  # plays the cluster's DNS
+    env = dict(os.environ) | {"DAGPERF_TEST_HOSTS": str(hosts), "PYTHONPATH": resolver}
+    pods = SimConfig(ttft_ms=20, itl_ms=1, output_tokens=2)
+    async with (
+        running_simulator(pods, host="127.0.0.1", port=port),
+        running_simulator(pods, host="127.0.0.2", port=port),
+    ):
+        process, directory = await start_profile(
+            f"http://llm.bench.svc:{port}", tmp_path, fork_trees(6), "--model", "m",
+            "--concurrency", "6", "--workers", "1", env=env,
+        )  # fmt: skip
+        run = await finish(process, directory, None)
+    assert run.returncode == 0, run.stderr
+    served = {(r["metadata"]["backend"], r["metadata"]["backend_source"]) for r in run.records}
+    assert served == {(f"127.0.0.1:{port}", "connection"), (f"127.0.0.2:{port}", "connection")}
     assert run.summary["backend_locality"]["method"] == "connection"

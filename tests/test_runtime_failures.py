@@ -4,9 +4,9 @@ and whatever happens, the run leaves no process and no socket behind."""
 from __future__ import annotations
 
 import asyncio
-import glob
 import os
 import signal
+import tempfile
 import time
 
 import pytest
@@ -35,12 +35,17 @@ async def sim():
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_behind():
+def nothing_left_behind(monkeypatch):
+    """No process of a run outlives it, nor its socket directory: each test's runs make theirs
+    in a temporary directory of the test's own (short: a socket path must fit 107 bytes), so
+    another suite running beside this one cannot be mistaken for a leak."""
+    private = tempfile.mkdtemp(prefix="dgp-", dir="/tmp")
+    monkeypatch.setenv("TMPDIR", private)
     before_processes = dagperf_processes()
-    before_sockets = set(glob.glob("/tmp/dagperf-*"))
     yield
     assert dagperf_processes() <= before_processes
-    assert set(glob.glob("/tmp/dagperf-*")) <= before_sockets
+    assert os.listdir(private) == []
+    os.rmdir(private)
 
 
 async def test_http_errors_become_error_records_and_end_their_branch(sim, tmp_path):

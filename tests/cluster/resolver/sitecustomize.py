@@ -1,7 +1,8 @@
 """The cluster DNS for Python processes the stand-in node (tests/node.py) starts: a Service name
 (`name.namespace.svc[.cluster.local]`) resolves to the address of a pod that backs it, read from
-the hosts file the node keeps ($DAGPERF_TEST_HOSTS). Every other name resolves as usual.
-Loaded by Python at start-up because the node puts this directory on PYTHONPATH."""
+the hosts file the node keeps ($DAGPERF_TEST_HOSTS); a list there is a headless Service, one
+address per pod, all returned. Every other name resolves as usual. Loaded by Python at start-up
+because the node (or a test) puts this directory on PYTHONPATH."""
 
 import json
 import os
@@ -23,6 +24,8 @@ def _getaddrinfo(host, *args, **kwargs):
                 host = json.load(hosts)[name]
         except (OSError, ValueError, KeyError):
             raise socket.gaierror(socket.EAI_NONAME, f"{name}: no pod backs this Service") from None
+        if isinstance(host, list):
+            return [info for each in host for info in _system_getaddrinfo(each, *args, **kwargs)]
     return _system_getaddrinfo(host, *args, **kwargs)
 
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import resource
+import socket
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -251,6 +253,12 @@ class Pool:
         self._limit = max_connections or connection_limit()
         self._opening = 0  # connections being made: they count against the limit already
         self._waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for room
+        # The host's addresses, resolved once: a name with several (a headless Service's pods)
+        # has its connections spread over them in turn, so each pod gets its share and the
+        # address that answered names the pod (see `Response.peer`).
+        self._addresses: list[str] | None = None
+        self._fallback: list[str] = []  # other families' addresses, tried when those fail
+        self._turn = 0
 
     @contextlib.asynccontextmanager
     async def post(
@@ -303,15 +311,51 @@ class Pool:
                 raise
         self._opening += 1
         try:
-            _, connection = await loop.create_connection(
-                lambda: _Connection(self), self._host, self._port, ssl=self._ssl
-            )
-        except OSError as e:  # refused, unreachable, no such host, TLS handshake
-            raise ConnectError(f"cannot connect to {self._host}:{self._port}: {e}") from None
+            connection = await self._open(loop)
         finally:
             self._opening -= 1
         self._all.add(connection)
         return connection
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> _Connection:
+        """A new connection, to the host's next address in turn (then to the others)."""
+        try:
+            if self._addresses is None:
+                self._addresses, self._fallback = await self._resolve(loop)
+            start, count = self._turn, len(self._addresses)
+            order = [self._addresses[(start + k) % count] for k in range(count)]
+            last: OSError | None = None
+            for k, address in enumerate([*order, *self._fallback]):
+                try:
+                    _, connection = await loop.create_connection(
+                        lambda: _Connection(self), address, self._port, ssl=self._ssl,
+                        server_hostname=self._host if self._ssl else None,
+                    )  # fmt: skip
+                except OSError as e:
+                    last = e
+                    continue
+                self._turn = (start + k + 1) % count if k < count else start
+                return connection
+            self._addresses = None  # resolve again next time: the pods may have moved
+            assert last is not None
+            raise last
+        except OSError as e:  # refused, unreachable, no such host, TLS handshake
+            raise ConnectError(f"cannot connect to {self._host}:{self._port}: {e}") from None
+
+    async def _resolve(self, loop: asyncio.AbstractEventLoop) -> tuple[list[str], list[str]]:
+        """The addresses of the first family the resolver gives, and the others' after."""
+        # The system resolver, in a thread as asyncio's own loop does (uvloop's would skip
+        # what the process configured for it); once per pool.
+        infos = await loop.run_in_executor(
+            None,
+            functools.partial(socket.getaddrinfo, self._host, self._port, type=socket.SOCK_STREAM),
+        )
+        if not infos:
+            raise OSError(f"{self._host} has no address")
+        first = infos[0][0]
+        same = [str(i[4][0]) for i in infos if i[0] == first]
+        other = [str(i[4][0]) for i in infos if i[0] != first]
+        return list(dict.fromkeys(same)), list(dict.fromkeys(other))
 
     def _wake(self) -> None:
         while self._waiting:
