@@ -1,6 +1,6 @@
 """A real Prometheus (the Debian binary) for the tests that check what the scheduler exposes:
 it runs on loopback, scrapes one target every second, and answers through its HTTP API. The
-tests install nothing: .ci/run installs the package."""
+tests install nothing: tests/run.sh installs the package."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ SCRAPE_INTERVAL_S = 1
 async def scraping(directory: Path) -> AsyncIterator[tuple[str, int]]:
     """Prometheus, ready, scraping 127.0.0.1:<target>; yields its URL and the target port,
     which nothing serves yet: the test starts a run there."""
-    assert PROMETHEUS, "needs the prometheus binary: apt-get install prometheus (.ci/run does)"
+    assert PROMETHEUS, "needs the prometheus binary: apt-get install prometheus (tests/run.sh does)"
     directory.mkdir(parents=True, exist_ok=True)
     port, target = free_port(), free_port()
     config = directory / "prometheus.yml"

@@ -114,7 +114,7 @@ def test_the_dashboard_shows_every_metric_the_scheduler_exposes_and_only_those()
 
 
 def test_every_expression_compiles_as_a_recording_rule(tmp_path):
-    assert PROMTOOL, "needs promtool: apt-get install prometheus (.ci/run does)"
+    assert PROMTOOL, "needs promtool: apt-get install prometheus (tests/run.sh does)"
     rules = [
         {"record": f"dagperf_dashboard:panel_{q.panel_id}_{q.ref}", "expr": q.expand(VARIABLES)}
         for q in queries(load_dashboard())

@@ -139,7 +139,7 @@ EXPECTED: dict[tuple[str, str], dict[str, float]] = {
 
 
 def test_every_panel_computes_what_its_title_says(tmp_path):
-    assert PROMTOOL, "needs promtool: apt-get install prometheus (.ci/run does)"
+    assert PROMTOOL, "needs promtool: apt-get install prometheus (tests/run.sh does)"
     panel_queries = queries(load_dashboard())
     assert {(q.panel, q.ref) for q in panel_queries} == set(EXPECTED), "every target, no other"
     inputs = series("mine", 1) | series("theirs", 3)

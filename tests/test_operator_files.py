@@ -128,7 +128,7 @@ KUBECTL = shutil.which("kubectl")
 async def test_kubectl_applies_the_crd_and_the_example_and_the_operator_launches_it(
     tmp_path, monkeypatch
 ):
-    assert KUBECTL, "kubectl is not installed (.ci/run installs it)"
+    assert KUBECTL, "kubectl is not installed (tests/run.sh installs it)"
     async with operating(tmp_path, monkeypatch) as (_, api, _):
         for manifest in (CRD_FILE, EXAMPLE):
             process = await asyncio.create_subprocess_exec(
@@ -407,3 +407,16 @@ def test_a_search_that_cannot_run_is_refused_with_the_reason(search, extra, comp
     } | extra
     with pytest.raises(ValidationError, match=complaint):
         BenchmarkSpec.model_validate(body)
+
+
+def test_the_operator_without_its_extra_says_which_to_install():
+    """Installed as `pip install dagperf` alone, kopf and kubernetes are missing: one line says
+    which extra brings them (played here by hiding kopf from the import system)."""
+    probe = ("import sys; sys.modules['kopf'] = None; "
+             "from dagperf_operator.cli import main; sys.exit(main([]))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "dagperf-operator: needs kopf, which the operator extra installs: "
+        "pip install 'dagperf[operator]'"
+    )

@@ -23,8 +23,11 @@ def test_readme_quick_start_is_set_up_and_main_job_then_the_test_command():
     main_job = setup_and_main.split(" && ")[-1]
     result = subprocess.run(main_job, shell=True, cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert test_command in ci.splitlines()
+    assert test_command == "bash tests/run.sh"  # installs what the tests need, then runs them
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ci[-1] == 'exec bash "$(dirname "$0")/../tests/run.sh"'  # CI runs the same command
+    script = (ROOT / "tests" / "run.sh").read_text().splitlines()
+    assert script[-1] == 'python -m pytest -q "$@"'
 
 
 def test_code_is_ruff_clean():

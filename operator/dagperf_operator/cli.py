@@ -14,9 +14,12 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-
-    import kopf
-    from kubernetes.config import ConfigException
+    try:
+        import kopf
+        from kubernetes.config import ConfigException
+    except ModuleNotFoundError as e:  # installed without the extra that brings them
+        return _fail(f"needs {e.name}, which the operator extra installs: "
+                     "pip install 'dagperf[operator]'")  # fmt: skip
 
     from dagperf_operator import handlers
     from dagperf_operator.kube import api_client

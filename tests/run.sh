@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The README's test command: install everything the tests need (Debian packages, the Python
+# test extras in .venv, the control plane's binaries), then run the suite; arguments go to
+# pytest (`bash tests/run.sh -k search`). CI runs it on a clean clone of a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || { echo "dagperf needs Python 3.11 or newer; python3 is $(python3 --version)" >&2; exit 1; }
+
+# The metrics tests run a real Prometheus, and the operator tests a real kubectl (Debian's
+# packages; any kubectl already installed will do); the control plane's scripts need openssl and
+# curl.
+packages=()
+command -v prometheus > /dev/null || packages+=(prometheus)
+command -v kubectl > /dev/null || packages+=(kubernetes-client)
+command -v openssl > /dev/null || packages+=(openssl)
+command -v curl > /dev/null || packages+=(curl)
+if [ ${#packages[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" > /dev/null
+fi
+
+python3 -m venv .venv
+# shellcheck source=/dev/null  # made just above
+. .venv/bin/activate
+pip install --quiet -e ".[test]"
+
+# The cluster tests' control plane (etcd, kube-apiserver, kube-controller-manager), built from
+# the Go module proxy into ~/.cache/dagperf-cluster once and reused; the tests would build it on
+# first use too, this only makes a missing Go toolchain fail first and the build's time show.
+started=$SECONDS
+tests/cluster/build.sh > /dev/null
+echo "control plane binaries ready in $((SECONDS - started)) s"
+
+python -m pytest -q "$@"
