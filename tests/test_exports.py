@@ -61,9 +61,16 @@ def test_summary_json_shape(run):
     assert doc["was_cancelled"] is False and doc["is_complete"] is True
     assert doc["error_summary"] == []
     assert doc["start_time"] < doc["end_time"]
-    assert doc["input_config"]["load"]["num_conversations"] == 4
-    assert doc["input_config"]["endpoint"]["api_key"] == "<redacted>"
-    assert doc["input_config"]["dataset"]["type"] == "dag_jsonl"
+    assert doc["dagperf_config"]["load"]["num_conversations"] == 4
+    assert doc["dagperf_config"]["endpoint"]["api_key"] == "<redacted>"
+    assert doc["dagperf_config"]["dataset"]["type"] == "dag_jsonl"
+    aiperf = doc["input_config"]  # AIPerf's configuration shape, for its tools
+    assert aiperf["datasets"] == [{"name": "default", "type": "file",
+                                   "path": doc["dagperf_config"]["dataset"]["path"],
+                                   "format": "dag_jsonl"}]  # fmt: skip
+    assert aiperf["phases"] == [{"name": "profiling", "type": "concurrency", "concurrency": 2,
+                                 "sessions": 4}]  # fmt: skip
+    assert "api_key" not in aiperf["endpoint"]
 
 
 @pytest.mark.parametrize(

@@ -539,13 +539,13 @@ def test_a_corrupt_summary_is_named_with_its_line(tmp_path):
         check_artifacts(run)
 
     (run / "profile_export_aiperf.json").write_text('{"request_count": {}}')
-    with pytest.raises(HealthError, match=r"no input_config\.load"):
+    with pytest.raises(HealthError, match=r"no dagperf_config\.load"):
         check_artifacts(run)
 
     (run / "profile_export_aiperf.json").write_text(
         '{"input_config": {"load": {"concurrency": "x"}}}'
     )
-    with pytest.raises(HealthError, match=r"input_config\.load: .*concurrency"):
+    with pytest.raises(HealthError, match=r"dagperf_config\.load: .*concurrency"):
         check_artifacts(run)
 
 

@@ -72,7 +72,7 @@ def test_three_runs_share_a_workload_warm_up_once_and_are_aggregated(tmp_path):
     runs = tmp_path / "runs" / "profile_runs"
     summaries = [json.loads((runs / f"run_000{k}" / "profile_export_aiperf.json").read_text())
                  for k in (1, 2, 3)]  # fmt: skip
-    loads = [s["input_config"]["load"] for s in summaries]
+    loads = [s["dagperf_config"]["load"] for s in summaries]
     assert [load["warmup_request_count"] for load in loads] == [2, 0, 0]
     assert {load["random_seed"] for load in loads} == {42}
     result = json.loads(

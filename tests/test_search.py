@@ -54,7 +54,7 @@ def test_a_concurrency_search_finds_the_servers_slot_count(tmp_path):
     for step in steps:
         summary = json.loads((tmp_path / step["artifact_dir"] / "profile_export_aiperf.json")
                              .read_text())  # fmt: skip
-        assert summary["input_config"]["load"]["concurrency"] == step["value"]
+        assert summary["dagperf_config"]["load"]["concurrency"] == step["value"]
         assert summary["request_count"]["avg"] == 100  # 10 beyond the p90, at the least
         assert step["metrics"][slo] == summary["time_to_first_token"]["p90"]
     assert f"Highest concurrency meeting every objective: {SLOTS}" in done.stdout
@@ -71,7 +71,7 @@ def test_a_session_rate_sweep_reports_each_rate_and_the_highest_that_met(tmp_pat
     assert results["best"] == 4
     first = json.loads((tmp_path / results["steps"][0]["artifact_dir"] /
                         "profile_export_aiperf.json").read_text())  # fmt: skip
-    assert first["input_config"]["load"]["request_rate"] == 4
+    assert first["dagperf_config"]["load"]["request_rate"] == 4
 
 
 def test_no_load_meeting_the_objectives_exits_4_with_the_steps_written(tmp_path):

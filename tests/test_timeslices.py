@@ -55,7 +55,7 @@ async def test_a_run_sliced_accounts_for_every_request_in_some_window(tmp_path):
     exported = json.loads((run.directory / "profile_export_aiperf_timeslices.json").read_text())
     slices = exported["timeslices"]
     assert len(slices) >= 2 and sum(s["request_count"] for s in slices) == len(run.records) == 12
-    assert exported["input_config"]["load"]["concurrency"] == 2
+    assert exported["dagperf_config"]["load"]["concurrency"] == 2
     with (run.directory / "profile_export_aiperf_timeslices.csv").open() as f:
         rows = list(csv.DictReader(f))
     counts = [int(r["Value"]) for r in rows if r["Metric"] == "Request Count"]

@@ -63,7 +63,7 @@ def test_a_timed_trace_runs_on_its_own_schedule(tmp_path):
     result = dagperf("profile", *args, "--artifact-dir", str(out), "--sim-ttft-ms", "5")
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "profile_export_aiperf.json").read_text())
-    assert summary["input_config"]["load"]["fixed_schedule"] is True
+    assert summary["dagperf_config"]["load"]["fixed_schedule"] is True
     metas = records(out)
     assert len(metas) == 6
     roots = sorted(

@@ -1,7 +1,8 @@
 """`profile_export_aiperf.json` and `profile_export_aiperf.csv`: the phase, summed up.
 
 The JSON puts each metric at the top level as `{unit, avg, p1..p99, min, max, std, count, sum}`
-(aggregates as `{unit, avg}`), next to `input_config`, `branch_stats`, `error_summary` and the
+(aggregates as `{unit, avg}`), next to `input_config` (AIPerf's configuration shape; dagperf's
+own is `dagperf_config`), `branch_stats`, `error_summary` and the
 run's times, as AIPerf writes it. The CSV holds the same numbers: a table of per-request metrics
 sorted by label, a blank line, then a `Metric,Value` table of aggregates.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dagperf import __version__
+from dagperf.exports.aiperf_config import aiperf_input_config
 from dagperf.exports.files import whole_or_nothing
 from dagperf.metrics.catalog import PERCENTILES, RECORD, SCALARS, SESSION
 from dagperf.metrics.summary import PhaseSummary
@@ -42,7 +44,8 @@ def summary_document(
     if summary.goodput:
         document["goodput_objectives"] = summary.goodput
     document |= {
-        "input_config": input_config,
+        "input_config": aiperf_input_config(input_config),  # AIPerf's shape, for its tools
+        "dagperf_config": input_config,
         "run_info": run_info,
         "was_cancelled": cancelled,
         "is_complete": complete,

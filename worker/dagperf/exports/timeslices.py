@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from dagperf.exports.aiperf_config import aiperf_input_config
 from dagperf.exports.files import whole_or_nothing
 from dagperf.metrics.catalog import RECORD
 from dagperf.metrics.summary import Distribution
@@ -81,7 +82,9 @@ def write_timeslices(
     directory: Path, slices: list[dict[str, Any]], input_config: dict[str, Any]
 ) -> None:
     with whole_or_nothing(directory / "profile_export_aiperf_timeslices.json") as f:
-        f.write(json.dumps({"timeslices": slices, "input_config": input_config}, indent=2) + "\n")
+        document = {"timeslices": slices, "input_config": aiperf_input_config(input_config),
+                    "dagperf_config": input_config}  # fmt: skip
+        f.write(json.dumps(document, indent=2) + "\n")
     with whole_or_nothing(directory / "profile_export_aiperf_timeslices.csv", newline="") as f:
         out = csv.writer(f)
         out.writerow(["Timeslice", "Metric", "Unit", "Stat", "Value"])

@@ -72,14 +72,16 @@ def _read_load(path: Path) -> Load:
         raise HealthError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
     except ValueError as e:  # not UTF-8
         raise HealthError(f"{path}: not a JSON text: {e}") from None
-    config = document.get("input_config") if isinstance(document, dict) else None
-    load = config.get("load") if isinstance(config, dict) else None
+    # dagperf's own configuration; runs written before it moved there kept it in input_config
+    found = [document.get(k) for k in ("dagperf_config", "input_config")] if isinstance(
+        document, dict) else []  # fmt: skip
+    load = next((c["load"] for c in found if isinstance(c, dict) and "load" in c), None)
     if not isinstance(load, dict):
-        raise HealthError(f"{path}: no input_config.load object (not a dagperf summary?)")
+        raise HealthError(f"{path}: no dagperf_config.load object (not a dagperf summary?)")
     try:
         return msgspec.convert(load, Load)
     except msgspec.ValidationError as e:
-        raise HealthError(f"{path}: input_config.load: {e}") from None
+        raise HealthError(f"{path}: dagperf_config.load: {e}") from None
 
 
 def _read_records(path: Path) -> Iterator[Record]:
