@@ -80,21 +80,19 @@ async def test_a_server_that_wants_a_key_gets_it_for_the_model_list_and_every_re
 def test_progress_line_and_summary():
     stream = io.StringIO()
     console = Console(stream, live=True)
-    console.progress(
-        Progress(
-            Phase.PROFILING,
-            sent=12,
-            completed=10,
-            errors=1,
-            in_flight=2,
-            expected=40,
-            roots_started=3,
-        )
+    progress = Progress(
+        Phase.PROFILING, sent=12, completed=10, errors=1, in_flight=2, expected=40, roots_started=3
     )
+    console.progress(progress)
+    console._last = (console._last[0] - 2.0, 0)  # two seconds ago, none were done
+    console.progress(progress, ttft_p50_ms=21.25)  # 10 in 2 s: 5 req/s, 30 left: 6 s
     console.done()
-    line = stream.getvalue()
-    assert line.startswith("\r\x1b[2K[profiling] 10/40 requests")
-    assert "errors 1" in line and "in flight 2" in line and line.endswith("\n")
+    first, second = stream.getvalue().split("\r\x1b[2K")[1:]
+    assert first.startswith("[profiling] 10/40 requests (25%)  0.0 req/s") and "ETA" not in first
+    assert second == (
+        "[profiling] 10/40 requests (25%)  ETA 6s  5.0 req/s  errors 1  in flight 2  "
+        "TTFT p50 21.2 ms\n"
+    )
     quiet = io.StringIO()
     Console(quiet, quiet=True).progress(Progress(Phase.WARMUP, 1, 1, 0, 0, None, 1))
     assert quiet.getvalue() == ""

@@ -39,7 +39,8 @@ class Console:
         self._last_log = 0.0
         self._drawn = False
 
-    def progress(self, p: Progress) -> None:
+    def progress(self, p: Progress, ttft_p50_ms: float | None = None) -> None:
+        """`ttft_p50_ms`: the run's time to first token so far, when it has one."""
         if self.quiet:
             return
         now = time.monotonic()
@@ -47,11 +48,16 @@ class Console:
         if self._last is not None and now > self._last[0]:
             rate = (p.completed - self._last[1]) / (now - self._last[0])
         self._last = (now, p.completed)
-        total = f"/{p.expected}" if p.expected is not None else ""
-        line = (
-            f"[{p.phase.label}] {p.completed}{total} requests  {rate:,.1f} req/s  "
-            f"errors {p.errors}  in flight {p.in_flight}"
-        )
+        line = f"[{p.phase.label}] {p.completed}"
+        if p.expected:
+            line += f"/{p.expected} requests ({100 * p.completed / p.expected:.0f}%)"
+            if rate > 0 and p.expected > p.completed:
+                line += f"  ETA {_duration((p.expected - p.completed) / rate)}"
+        else:
+            line += " requests"
+        line += f"  {rate:,.1f} req/s  errors {p.errors}  in flight {p.in_flight}"
+        if ttft_p50_ms is not None:
+            line += f"  TTFT p50 {ttft_p50_ms:,.1f} ms"
         if self.live:
             self.stream.write("\r\x1b[2K" + line)
             self.stream.flush()
@@ -185,6 +191,13 @@ def _locality_lines(locality: dict[str, Any] | None) -> list[str]:
                      f"{_number(home['p99'])}), away avg {_number(away['avg'])} ms (p99 "
                      f"{_number(away['p99'])})")  # fmt: skip
     return lines
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def _number(value: float) -> str:

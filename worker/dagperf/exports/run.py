@@ -106,6 +106,11 @@ class RunOutput:
             self.live.observe(flight, result)
         self._records.write(record(flight, result, issued, params))
 
+    def ttft_p50_ms(self) -> float | None:
+        """The median time to first token so far (for the progress line)."""
+        d = self.summary.distributions.get("time_to_first_token")
+        return d.percentiles((50,))[0] if d is not None and d.count else None
+
     def retire(self, runs: list[TreeRun]) -> None:
         """Tree runs that ended: their sessions are written once their results are in."""
         for run in runs:

@@ -45,7 +45,7 @@ class Scheduler:
         load: LoadConfig,
         artifacts: Artifacts,
         options: SchedulerOptions,
-        on_progress: Callable[[Progress], None] | None = None,
+        on_progress: Callable[[Progress, float | None], None] | None = None,
     ):
         self.graph = graph
         self.endpoint = endpoint
@@ -240,7 +240,7 @@ class Scheduler:
         for worker in self._peers:
             self._send(worker, protocol.Heartbeat())
         if self.on_progress is not None and self._enough.is_set():
-            self.on_progress(self.dispatcher.progress())
+            self.on_progress(self.dispatcher.progress(), self.output.ttft_p50_ms())
         if self.live is not None:
             self._update_live()
         self.output.flush()
