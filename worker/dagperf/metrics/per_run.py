@@ -1,8 +1,9 @@
 """Per tree run, what its results said, held while it is in flight and handed on once whole.
 
-A run retires (the dispatcher is done with it) before or after its last results are recorded;
-its items go to `close` once both have happened, or at the end of the run for what never was.
-So memory follows the runs in flight, not the length of the run.
+A run retires (the dispatcher is done with it) before or after its last results are recorded
+(a one-request run always before); its items go to `close` once both have happened, or at the
+end of the run for what never was. So memory follows the runs in flight, not the length of the
+run.
 """
 
 from __future__ import annotations
@@ -35,9 +36,15 @@ class PerRun(Generic[T]):
             self._done(run.id, True)
 
     def retire(self, run: TreeRun) -> None:
+        """The dispatcher is done with the run; its last results may still be on their way to
+        the records (the scheduler sends what a result releases before it records it)."""
+        if run.phase != Phase.PROFILING:
+            return
         entry = self._open.get(run.id)
         if entry is None:
-            return  # nothing of it was recorded (a warm-up run, or none sent)
+            if _all_in(run, []):
+                return  # nothing of it was sent: nothing to hand on
+            self._open[run.id] = entry = (run, [])
         self._retired.add(run.id)
         if _all_in(run, entry[1]):
             self._done(run.id, True)
