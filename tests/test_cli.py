@@ -154,3 +154,9 @@ def test_every_example_dataset_is_valid():
         args = [*flags, path] if flags == ["--session-config"] else [path, *flags]
         result = run("validate", *args)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_bad_backend_header_is_named_by_its_flag():
+    result = run("profile", "--input-file", EXAMPLE, "--backend-header", "bad header")
+    assert result.returncode == 2
+    assert "--backend-header: not a header name: 'bad header'" in result.stderr

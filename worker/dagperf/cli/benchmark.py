@@ -23,6 +23,7 @@ from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
 from dagperf.sources import FILE_TYPES, load_graph, resolve_schedule, synthetic_graph
 
+FLAG_OF_FIELD = {"backend_headers": "backend_header"}  # a list field of a repeatable flag
 DATASET_TYPES = tuple(FILE_TYPES)
 
 
@@ -257,7 +258,8 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         EndpointConfig(**(fields | {"url": args.url or "127.0.0.1", "model": args.model or "-"}))
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
-        flag = "--" + str(first["loc"][0] if first["loc"] else "url").replace("_", "-")
+        field = str(first["loc"][0] if first["loc"] else "url")
+        flag = "--" + FLAG_OF_FIELD.get(field, field).replace("_", "-")
         parser.error(f"{flag}: {first['msg'].removeprefix('Value error, ')}")
     return fields
 
