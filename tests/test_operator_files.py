@@ -420,3 +420,12 @@ def test_the_operator_without_its_extra_says_which_to_install():
         "dagperf-operator: needs kopf, which the operator extra installs: "
         "pip install 'dagperf[operator]'"
     )
+
+
+@pytest.mark.parametrize("selector", [{"app": "a,b=c"}, {"app x": "vllm"}, {"app": "-x"}])
+def test_a_server_metrics_selector_must_be_label_terms(selector):
+    with pytest.raises(ValidationError, match="not a label selector term"):
+        BenchmarkSpec.model_validate({
+            "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
+            "serverMetrics": {"selector": selector, "port": 8000},
+        })  # fmt: skip

@@ -8,6 +8,7 @@ declared as fully as the spec: the API server prunes status fields a schema does
 from __future__ import annotations
 
 import copy
+import re
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import (
@@ -79,6 +80,10 @@ class Endpoint(_Model):
         return header_names(names)  # the CLI's own rule
 
 
+_LABEL = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
 class ServerMetrics(_Model):
     """The backend pods whose Prometheus metrics are scraped during the run, each directly."""
 
@@ -90,6 +95,15 @@ class ServerMetrics(_Model):
     interval_seconds: float = Field(
         default=1.0, ge=0.05, le=3600, description="Between scrapes (--server-metrics-interval)."
     )
+
+    @field_validator("selector")
+    @classmethod
+    def _labels(cls, selector: dict[str, str]) -> dict[str, str]:
+        for key, value in selector.items():
+            name = key.rsplit("/", 1)[-1]
+            if not (_LABEL.fullmatch(name) and len(name) <= 63 and _VALUE.fullmatch(value)):
+                raise ValueError(f"not a label selector term: {key}={value}")
+        return selector
 
 
 class ConfigMapRef(_Model):
