@@ -187,14 +187,16 @@ async def test_a_search_benchmark_finds_the_servers_slots_and_reports_them(node)
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "single"},
         "data": {example.name: example.read_text()},
     })  # fmt: skip
-    slots = SimConfig(api_key=KEY, ttft_ms=40, itl_ms=0, output_tokens=1, max_concurrency=2)
+    # 100 ms a reply, objective 150: a margin of 50 ms either way, for a simulator sharing its
+    # process with the operator and the node
+    slots = SimConfig(api_key=KEY, ttft_ms=100, itl_ms=0, output_tokens=1, max_concurrency=2)
     async with running_simulator(slots) as sim:
-        search = {"slo": ["time_to_first_token:p90:60"], "max": 4}
+        search = {"slo": ["time_to_first_token:p90:150"], "max": 4}
         await start(api, sim, dataset={"configMapRef": {"name": "single"}}, search=search,
                     load={"requestCount": 30}, workers={"processesPerPod": 1})  # fmt: skip
         done = await api.until(NS, "demo", phase("Succeeded"), timeout=120)
     assert done["status"]["search"] == {
-        "parameter": "concurrency", "slo": ["time_to_first_token:p90:60"], "best": 2,
+        "parameter": "concurrency", "slo": ["time_to_first_token:p90:150"], "best": 2,
         "steps": [{"value": v, "meetsSlo": v <= 2} for v in (1, 2, 4, 3)],
     }  # fmt: skip
     assert not [p for p in await pod_names(api) if p.startswith("demo-workers-")]

@@ -17,7 +17,7 @@ import sys
 from emulator import ROOT
 
 SLOTS = 4
-REPLY_MS = 40  # one token, no inter-token delay: a reply takes its TTFT
+REPLY_MS = 60  # one token, no inter-token delay: a reply takes its TTFT
 
 
 EXAMPLE = ROOT / "examples" / "search" / "single-turn.dag.jsonl"  # the README's search
