@@ -54,6 +54,11 @@ def test_scrapes_are_kept_whole_and_summed_up_per_url(tmp_path, caplog):
                         "labels": {"model_name": "a"}, "value": 2.0}  # fmt: skip
 
 
+def series(samples: list[dict], name: str) -> list[float]:
+    """One sample name's values, in the order scraped."""
+    return [s["value"] for s in samples if s["name"] == name]
+
+
 @pytest.mark.parametrize("routing", ["sticky", "random"])
 async def test_two_backends_scraped_during_a_run_report_their_own_cache(tmp_path, routing):
     config = SimConfig(ttft_ms=5, itl_ms=1, output_tokens=4, backends=2, routing=routing)
@@ -70,13 +75,8 @@ async def test_two_backends_scraped_during_a_run_report_their_own_cache(tmp_path
         mine = [s for s in samples if s["url"] == url]
         assert report[url]["scrapes"] >= 2 and report[url]["failures"] == 0
 
-        def series(name: str) -> list[float]:
-            return [s["value"] for s in mine if s["name"] == name]  # noqa: B023
-
-        hits, queries = (
-            series("vllm:prefix_cache_hits_total"),
-            series("vllm:prefix_cache_queries_total"),
-        )
+        hits = series(mine, "vllm:prefix_cache_hits_total")
+        queries = series(mine, "vllm:prefix_cache_queries_total")
         assert report[url]["prefix_cache_hit_rate"] == pytest.approx(
             (hits[-1] - hits[0]) / (queries[-1] - queries[0])
         )

@@ -12,8 +12,8 @@ from dagperf import verdict
 from dagperf.cli.flags import Commands
 from dagperf.cli.roles import local_plan, profile_flags
 from dagperf.runtime.logs import setup_logging
+from dagperf.search.plan import PARAMETERS
 
-PARAMETERS = ("concurrency", "request_rate", "session_rate")
 RATE_PRECISION = 0.05
 
 
@@ -35,7 +35,7 @@ def add_search(commands: Commands) -> None:
         "error_rate:max:0.01\" (ms for times; STAT avg, min, max or p1..p99)",
     )  # fmt: skip
     group.add_argument(
-        "--search-parameter", choices=PARAMETERS, default="concurrency",
+        "--search-parameter", choices=tuple(PARAMETERS), default="concurrency",
         help="the load varied (default: %(default)s; session_rate is roots per second)",
     )  # fmt: skip
     group.add_argument("--search-min", type=float, default=1.0, metavar="V",

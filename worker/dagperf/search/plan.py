@@ -14,6 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+# A search parameter -> the LoadConfig field it sets (a session rate is dagperf's request rate).
+PARAMETERS = {
+    "concurrency": "concurrency",
+    "request_rate": "request_rate",
+    "session_rate": "request_rate",
+}
+
 
 @dataclass
 class SearchPlan:

@@ -28,14 +28,8 @@ from dagperf.contract import (
 from dagperf.exports.files import whole_or_nothing
 from dagperf.profile import LocalPlan, run_local
 from dagperf.search.objectives import Objective, judge
-from dagperf.search.plan import SearchPlan
+from dagperf.search.plan import PARAMETERS, SearchPlan
 
-# A search parameter -> the LoadConfig field it sets (a session rate is dagperf's request rate).
-PARAMETERS = {
-    "concurrency": "concurrency",
-    "request_rate": "request_rate",
-    "session_rate": "request_rate",
-}
 # What each step reports beside its objectives: (summary key, statistic).
 HEADLINES = (
     ("request_throughput", "avg"),

@@ -54,9 +54,7 @@ def _parse(raw: bytes) -> _Event:
         event = _decode(raw)
     except msgspec.DecodeError as e:
         raise MalformedResponse(f"not a response event: {e}: {raw[:200]!r}") from None
-    if event.type in ("error", "response.failed") or (
-        event.error is not None and event.type != "response.completed"
-    ):
+    if event.type in ("error", "response.failed") or event.error is not None:
         raise _error(event)
     return event
 
