@@ -104,6 +104,13 @@ class Cluster(kmock.KubernetesEmulator):
     async def events(self) -> list[dict[str, Any]]:
         return [o.raw for (r, _, _), o in list(self.objects.items()) if r.plural == "events"]
 
+    def history(self, plural: str, namespace: str, name: str) -> list[dict[str, Any] | None]:
+        """Every version the object had, oldest first; None where it was deleted."""
+        for (r, ns, n), o in list(self.objects.items()):
+            if (r.plural, ns, n) == (plural, namespace, name):
+                return [None if v is None else dict(v) for v in o.history]
+        return []
+
     def register_crd(self, crd: dict[str, Any]) -> None:
         """Serve a custom resource, as the API server does once its CRD exists."""
         spec = crd["spec"]
