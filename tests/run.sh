@@ -8,11 +8,12 @@ cd "$(dirname "$0")/.."
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
   || { echo "dagperf needs Python 3.11 or newer; python3 is $(python3 --version)" >&2; exit 1; }
 
-# The metrics tests run a real Prometheus, and the operator tests a real kubectl (Debian's
-# packages; any kubectl already installed will do); the control plane's scripts need openssl and
-# curl.
+# The metrics tests run a real Prometheus, the operator tests a real kubectl (Debian's
+# packages; any kubectl already installed will do), the report tests a real Chromium; the
+# control plane's scripts need openssl and curl.
 packages=()
 command -v prometheus > /dev/null || packages+=(prometheus)
+command -v chromium > /dev/null || packages+=(chromium)
 command -v kubectl > /dev/null || packages+=(kubernetes-client)
 command -v openssl > /dev/null || packages+=(openssl)
 command -v curl > /dev/null || packages+=(curl)

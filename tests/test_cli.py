@@ -136,6 +136,7 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/dag_jsonl/three-roots.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/search/single-turn.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/backends/fork-heavy.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
+    "examples/report/agent-tree.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/traces/mooncake.jsonl": ["--custom-dataset-type", "mooncake_trace"],
     "examples/traces/timed_sessions.jsonl": ["--custom-dataset-type", "timed_synthetic_session"],
     "examples/session_configs/linear.yaml": ["--session-config"],

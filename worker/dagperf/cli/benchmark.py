@@ -103,6 +103,10 @@ def output_flags(parser: argparse.ArgumentParser) -> None:
         help="where the export files go (default: artifacts/<dataset>-<type>-<load>)",
     )
     group.add_argument("--quiet", action="store_true", help="no progress, only the summary")
+    group.add_argument(
+        "--report", action="store_true",
+        help="write report.html (see `dagperf report`) into the artifact directory at the end",
+    )  # fmt: skip
     log_flags(parser)
 
 
@@ -337,11 +341,26 @@ def ensure_writable(parser: argparse.ArgumentParser, directory: Path) -> None:
         parser.error(f"--artifact-dir: cannot write to {directory}: {e.strerror or e}")
 
 
-def report_outcome(outcome: Any, console: Any, artifact_dir: Path, health: HealthOptions) -> int:
+def write_html_report(run_dirs: list[Path], output: Path | None = None) -> None:
+    """The run's report.html; a report that cannot be written is said, and the run's verdict
+    stands (its exports are already written)."""
+    from dagperf.report import ReportError, write_report
+
+    try:
+        print(f"Report: {write_report(run_dirs, output)}")
+    except ReportError as e:
+        print(f"dagperf: no report: {e}", file=sys.stderr)
+
+
+def report_outcome(
+    outcome: Any, console: Any, artifact_dir: Path, health: HealthOptions, report: bool = False
+) -> int:
     console.summary(outcome.document, str(artifact_dir))
     if (artifact_dir / "profile_export_aiperf.json").exists():  # not when the disk was full
         # The verdict is printed and exported; the exit code stays the run's own.
         health_command(str(artifact_dir), health)
+        if report:
+            write_html_report([artifact_dir])
     if outcome.failure:
         print(f"dagperf: the run failed: {outcome.failure}", file=sys.stderr)
         return verdict.RUN_FAILED

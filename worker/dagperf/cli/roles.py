@@ -25,6 +25,7 @@ from dagperf.cli.benchmark import (
     report_flags,
     report_options,
     report_outcome,
+    write_html_report,
 )
 from dagperf.cli.flags import (
     Commands,
@@ -171,22 +172,29 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return verdict.USAGE
     plan, health = made
     if args.num_profile_runs > 1:
-        return _repeated(plan, args.num_profile_runs, args.confidence_level)
+        return _repeated(plan, args.num_profile_runs, args.confidence_level, args.report)
     console = Console(quiet=args.quiet)
 
     async def go() -> int:
         outcome = await run_local(plan, console)
-        return report_outcome(outcome, console, plan.artifact_dir, health)
+        return report_outcome(outcome, console, plan.artifact_dir, health, args.report)
 
     return run_sync(go)
 
 
-def _repeated(plan: LocalPlan, runs: int, confidence: float) -> int:
+def _repeated(plan: LocalPlan, runs: int, confidence: float, report: bool) -> int:
     from dagperf.profile import run_sync
     from dagperf.repeat import run_repeated
 
     async def go() -> int:
-        return await run_repeated(plan, runs, confidence, sys.stdout)
+        code = await run_repeated(plan, runs, confidence, sys.stdout)
+        if report:  # the runs compared, into the aggregate's directory
+            runs_dir, output = plan.artifact_dir / "profile_runs", plan.artifact_dir / "aggregate"
+            done = sorted(p.parent for p in runs_dir.glob("run_*/profile_export_aiperf.json"))
+            if done:
+                output.mkdir(parents=True, exist_ok=True)
+                write_html_report(done, output)
+        return code
 
     return run_sync(go)
 
@@ -286,7 +294,8 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         loop = asyncio.get_running_loop()
         for sig in (2, 15):  # SIGINT, SIGTERM: stop gracefully, keep what was measured
             loop.add_signal_handler(sig, scheduler.interrupt, "stopped by a signal")
-        return report_outcome(await scheduler.run(), console, artifact_dir, health)
+        outcome = await scheduler.run()
+        return report_outcome(outcome, console, artifact_dir, health, args.report)
 
     return run_sync(go)
 

@@ -1,5 +1,5 @@
-"""The commands around a run: `validate` a dataset, `health` of a finished run, `keys` for the
-roles, and `simulate` (the built-in simulated LLM on its own)."""
+"""The commands around a run: `validate` a dataset, `health` of a finished run, its `report`,
+`keys` for the roles, and `simulate` (the built-in simulated LLM on its own)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,30 @@ def add_health(commands: Commands) -> None:
     health.add_argument("artifact_dir", metavar="ARTIFACT_DIR")
     add_model_flags(health, HealthOptions, "tolerances")
     health.set_defaults(run=_health)
+
+
+def add_report(commands: Commands) -> None:
+    report = commands.add_parser(
+        "report",
+        help="write an HTML report of one run, or a comparison of several",
+        description="Write one self-contained report.html (it opens offline): for one run the "
+        "DAG timeline with each tree's critical path, latency distributions, throughput, the "
+        "FORK siblings' prefix-cache effect, errors, health checks and configuration; for "
+        "several, the same figures overlaid and each metric's change against the first run. "
+        "One run's report goes into its directory unless --output says otherwise.",
+    )
+    report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", type=Path)
+    report.add_argument(
+        "--output", type=Path, metavar="PATH",
+        help="the file, or a directory for report.html (default: the run directory for one "
+        "run, the current directory for several)",
+    )  # fmt: skip
+    report.add_argument(
+        "--label", action="append", default=[], metavar="NAME",
+        help="a run's name in the report, once per RUN_DIR in order (default: its directory's "
+        "name)",
+    )  # fmt: skip
+    report.set_defaults(run=_report)
 
 
 def add_keys(commands: Commands) -> None:
@@ -117,6 +141,18 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _health(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return health_command(args.artifact_dir, model_from_flags(parser, args, HealthOptions))
+
+
+def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dagperf.report import ReportError, write_report
+
+    try:
+        path = write_report(args.run_dirs, args.output, args.label)
+    except ReportError as e:
+        print(f"dagperf report: {e}", file=sys.stderr)
+        return 1
+    print(f"Report: {path}")
+    return 0
 
 
 def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

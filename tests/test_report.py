@@ -1,0 +1,179 @@
+"""`dagperf report`: real runs on the built-in simulator, their report rendered in headless
+Chromium (Debian's package, driven by Playwright), and the command's answers to bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from playwright.sync_api import sync_playwright
+
+from dagperf.report import write_report
+from dagperf.report.compare import verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT_TREE = ROOT / "examples" / "report" / "agent-tree.dag.jsonl"
+CHROMIUM = shutil.which("chromium")
+
+
+def dagperf(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dagperf", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def profiled(directory: Path, *flags: str) -> Path:
+    done = dagperf(
+        "profile", "--input-file", str(AGENT_TREE), "--streaming", "--concurrency", "2",
+        "--request-count", "24", "--artifact-dir", str(directory), "--quiet", *flags,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return directory
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two runs of the agent tree: the second on a server whose first token comes 60 ms later,
+    written with `profile --report`."""
+    base = tmp_path_factory.mktemp("report")
+    fast = profiled(base / "fast")
+    slow = profiled(base / "slow", "--sim-ttft-ms", "80", "--report")
+    return fast, slow
+
+
+class Rendered:
+    """What a browser made of a page: its text, console errors, requests and a screenshot."""
+
+    def __init__(self, path: Path):
+        assert CHROMIUM, "needs Debian's chromium: apt-get install chromium (tests/run.sh does)"
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+            page.on("pageerror", lambda e: self.errors.append(str(e)))
+            page.on("request", lambda r: self.requests.append(r.url))
+            page.goto(path.as_uri(), wait_until="load")
+            self.figures = page.locator(".figure").count()
+            self.drawn = page.locator(".figure .svg-container").count()
+            self.text = page.evaluate("document.body.textContent")
+            self.screenshot = Image.open(io.BytesIO(page.screenshot(full_page=False)))
+            browser.close()
+
+
+def sessions_of(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "session_export.jsonl").read_text().splitlines()]
+
+
+def conversations_of(run: Path) -> set[str]:
+    lines = (run / "profile_export.jsonl").read_text().splitlines()
+    return {json.loads(line)["metadata"]["conversation_id"] for line in lines}
+
+
+def test_one_run_renders_offline_with_every_session_and_no_console_error(runs):
+    fast, _ = runs
+    report = write_report([fast])
+    assert report == fast / "report.html"
+    seen = Rendered(report)
+    assert seen.errors == []
+    assert seen.requests == [report.as_uri()]  # nothing fetched beyond the file itself
+    for session in sessions_of(fast):  # each tree is named in the timeline by its id
+        assert f"{session['conversation_id']} · {session['root_correlation_id'][:8]}" in seen.text
+    for conversation in conversations_of(fast):
+        assert conversation in seen.text
+    # the timeline, the critical path split, 4 distributions (CDF and histogram), throughput and
+    # the FORK siblings: every figure drew its SVG
+    assert seen.figures == seen.drawn == 12
+    colours = seen.screenshot.convert("RGB").getcolors(maxcolors=1 << 16)
+    assert colours is None or len(colours) > 20, "a blank screenshot"
+
+
+def test_the_slowest_tree_and_why_are_in_the_report(runs):
+    fast, _ = runs
+    html = write_report([fast]).read_text()
+    slowest = max(sessions_of(fast), key=lambda s: s["duration_ms"])
+    path = slowest["critical_path"]
+    # the first row of the slowest-trees table is the slowest tree, with its critical path
+    first_row = html.split("<th>Mostly</th>", 1)[1].split("</tr>", 2)[1]
+    assert slowest["root_correlation_id"][:8] in first_row
+    assert " → ".join(path["path"]) in first_row
+    assert f"waited {path['join_wait_ms']:,.1f} ms on sub-agents" in first_row
+
+
+def test_a_comparison_names_both_runs_and_marks_the_slower_first_token_worse(runs, tmp_path):
+    fast, slow = runs
+    assert (slow / "report.html").exists()  # written by `profile --report`
+    out = tmp_path / "compare.html"
+    done = dagperf("report", str(fast), str(slow), "--label", "baseline", "--label", "slow-ttft",
+                   "--output", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"Report: {out}"
+    seen = Rendered(out)
+    assert seen.errors == []
+    assert "dagperf comparison: baseline vs slow-ttft" in seen.text
+    assert "slow-ttft vs baseline" in seen.text
+    html = out.read_text()
+    row = html.split("<td>Time to First Token p50</td>", 1)[1].split("</tr>", 1)[0]
+    assert 'class="worse"' in row
+    row = html.split("<td>Session Duration p50</td>", 1)[1].split("</tr>", 1)[0]
+    assert 'class="worse"' in row
+
+
+def test_a_change_is_judged_by_the_metric_direction_beyond_the_noise():
+    assert verdict("time_to_first_token", 100.0, 150.0) == ("+50.0%", "worse")
+    assert verdict("time_to_first_token", 100.0, 50.0) == ("-50.0%", "better")
+    assert verdict("request_throughput", 100.0, 150.0) == ("+50.0%", "better")
+    assert verdict("request_throughput", 100.0, 99.5) == ("-0.5%", "")
+    assert verdict("input_sequence_length", 100.0, 150.0) == ("+50.0%", "")
+    assert verdict("request_throughput", None, 1.0) == ("—", "")
+
+
+def test_bad_input_is_named_without_a_traceback(tmp_path):
+    missing = dagperf("report", str(tmp_path / "nowhere"))
+    assert missing.returncode == 1
+    assert missing.stderr == f"dagperf report: {tmp_path / 'nowhere'}: not a directory\n"
+    empty = dagperf("report", str(tmp_path))
+    assert "profile_export_aiperf.json: missing (is this a dagperf run directory?)" in empty.stderr
+    (tmp_path / "profile_export_aiperf.json").write_text("{}")
+    (tmp_path / "profile_export.jsonl").write_text('{"metadata": {}}\nnot json\n')
+    broken = dagperf("report", str(tmp_path))
+    assert broken.returncode == 1
+    assert f"{tmp_path / 'profile_export.jsonl'}:2: not a dagperf record" in broken.stderr
+    assert "Traceback" not in broken.stderr
+    labels = dagperf("report", str(tmp_path), str(tmp_path), "--label", "one")
+    assert "1 labels for 2 run directories" in labels.stderr
+    same = dagperf("report", str(tmp_path), str(tmp_path))
+    assert "two runs have the same label" in same.stderr
+
+
+def figures_in(html: str) -> list[dict]:
+    data = html.split('<script type="application/json" id="figures">', 1)[1].split("</script>")[0]
+    return json.loads(data.replace("<\\/", "</"))
+
+
+def test_what_is_drawn_is_capped_while_everything_is_counted(tmp_path):
+    """3,000 requests in 375 trees: the timeline draws the 40 slowest, each distribution at
+    most 400 points, the throughput at most 300 buckets; the histograms count every request.
+    (bench/report_size.py measures a 100,000-request run: 5.1 MB, most of it Plotly.)"""
+    run = profiled(
+        tmp_path / "big", "--concurrency", "64", "--request-count", "3000", "--sim-ttft-ms", "0",
+        "--sim-itl-ms", "0", "--sim-prefill-ms-per-token", "0",
+    )  # fmt: skip
+    html = write_report([run]).read_text()
+    assert len(html) < 10_000_000
+    figures = {f["layout"]["title"]["text"]: f for f in figures_in(html)}
+    timeline = figures["DAG timeline (slowest trees first)"]
+    lanes = [label for label in timeline["layout"]["yaxis"]["ticktext"] if " · " in label]
+    slowest = sorted(sessions_of(run), key=lambda s: -s["duration_ms"])[:40]
+    assert lanes == [f"planner · {s['root_correlation_id'][:8]}" for s in slowest]
+    for trace in figures["Request Latency: CDF"]["data"]:
+        assert len(trace["x"]) == 400
+    assert sum(figures["Request Latency: histogram"]["data"][0]["y"]) == 3000
+    assert len(figures["Throughput over time"]["data"][0]["x"]) <= 300

@@ -1,0 +1,222 @@
+"""The report's tables, as escaped HTML, from a run's summary and session export."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Any
+
+from dagperf.report.runs import Run
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], css: str = "") -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+class Raw(str):
+    """Markup built here, inserted as is."""
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, Raw):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return escape("—" if v is None else str(v))
+
+
+def stat(summary: dict[str, Any], metric: str, key: str = "avg") -> float | None:
+    entry = summary.get(metric)
+    value = entry.get(key) if isinstance(entry, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+GLANCE = (
+    ("Requests", "request_count", "avg", ""),
+    ("Failed requests", "error_request_count", "avg", ""),
+    ("Request throughput", "request_throughput", "avg", "req/s"),
+    ("Output token throughput", "output_token_throughput", "avg", "tokens/s"),
+    ("TTFT p50", "time_to_first_token", "p50", "ms"),
+    ("TTFT p99", "time_to_first_token", "p99", "ms"),
+    ("Request latency p50", "request_latency", "p50", "ms"),
+    ("Request latency p99", "request_latency", "p99", "ms"),
+    ("Sessions", "session_count", "avg", ""),
+    ("Good sessions", "good_session_count", "avg", ""),
+    ("Session duration p90", "session_duration", "p90", "ms"),
+    ("Benchmark duration", "benchmark_duration", "avg", "s"),
+)
+
+
+def glance(run: Run) -> str:
+    rows = [
+        (label, stat(run.summary, metric, key), unit)
+        for label, metric, key, unit in GLANCE
+        if stat(run.summary, metric, key) is not None
+    ]
+    return table(("Metric", "Value", "Unit"), rows, "glance")
+
+
+PARTS = (
+    ("server_ms", "the server"),
+    ("dispatch_ms", "the benchmark's dispatch"),
+    ("delay_ms", "the dataset's authored delays"),
+)
+
+
+def slowest_trees(run: Run, limit: int = 10) -> str:
+    """The slowest trees and what their time went to: the answer to 'why was it slow'."""
+    rows = []
+    for s in run.sessions[:limit]:
+        path = s.get("critical_path") or {}
+        total = sum(float(path.get(k, 0.0)) for k, _ in PARTS) or 1.0
+        key, what = max(PARTS, key=lambda p: float(path.get(p[0], 0.0)))
+        why = f"{100 * float(path.get(key, 0.0)) / total:.0f}% {what}"
+        if float(path.get("join_wait_ms", 0.0)) > 0:
+            why += f"; waited {float(path['join_wait_ms']):,.1f} ms on sub-agents"
+        rows.append(
+            (
+                Raw(f'<span class="session">{escape(str(s.get("conversation_id")))}</span>'),
+                str(s.get("root_correlation_id", ""))[:8],
+                s.get("request_count"),
+                s.get("error_count"),
+                s.get("duration_ms"),
+                path.get("server_ms"),
+                path.get("dispatch_ms"),
+                path.get("delay_ms"),
+                path.get("join_wait_ms"),
+                " → ".join(path.get("path", [])),
+                why,
+            )
+        )
+    return table(
+        (
+            "Session",
+            "Tree",
+            "Requests",
+            "Errors",
+            "Duration ms",
+            "Server ms",
+            "Dispatch ms",
+            "Delays ms",
+            "Join wait ms",
+            "Critical path",
+            "Mostly",
+        ),
+        rows,
+    )
+
+
+def _groups(entries: dict[str, Any], title: str) -> str:
+    rows = [
+        (
+            key,
+            e.get("requests"),
+            e.get("errors"),
+            (e.get("request_latency_ms") or {}).get("p50"),
+            (e.get("request_latency_ms") or {}).get("p99"),
+            None if e.get("cached_token_share") is None else 100 * e["cached_token_share"],
+        )
+        for key, e in entries.items()
+    ]
+    return table(
+        (title, "Requests", "Errors", "Latency p50 ms", "Latency p99 ms", "Cached prompt %"), rows
+    )
+
+
+def dag_tables(run: Run) -> list[tuple[str, str]]:
+    """(title, table) for the per-depth, per-branch-mode and FORK-sibling figures."""
+    report = run.summary.get("dag_report") or {}
+    out = []
+    if report.get("by_depth"):
+        out.append(("By agent depth", _groups(report["by_depth"], "Depth")))
+    if report.get("by_branch_mode"):
+        out.append(("By branch mode", _groups(report["by_branch_mode"], "Mode")))
+    siblings = report.get("fork_siblings") or {}
+    if siblings.get("groups"):
+        first, others = siblings.get("first_ms") or {}, siblings.get("others_ms") or {}
+        rows = [
+            (
+                "first child",
+                first.get("p50"),
+                first.get("p99"),
+                100 * float(siblings.get("first_cached_share") or 0.0),
+            ),
+            (
+                "later siblings",
+                others.get("p50"),
+                others.get("p99"),
+                100 * float(siblings.get("others_cached_share") or 0.0),
+            ),
+        ]
+        metric = str(siblings.get("metric", "request_latency")).replace("_", " ")
+        out.append(
+            (
+                f"FORK siblings ({siblings['groups']} groups, {metric})",
+                table(("", "p50 ms", "p99 ms", "Cached prompt %"), rows),
+            )
+        )
+    return out
+
+
+def branch_stats(run: Run) -> str | None:
+    stats = run.summary.get("branch_stats")
+    if not isinstance(stats, dict) or not stats:
+        return None
+    return table(("Counter", "Value"), stats.items())
+
+
+def locality(run: Run) -> str | None:
+    loc = run.summary.get("backend_locality")
+    if not isinstance(loc, dict) or not loc.get("trees"):
+        return None
+    rows = [
+        ("attributed by", loc.get("method")),
+        ("FORK trees", loc.get("trees")),
+        ("trees on one backend", loc.get("trees_on_one_backend")),
+        ("requests off their home backend", loc.get("requests_off_home_backend")),
+        *((f"requests served by {b}", n) for b, n in (loc.get("by_backend") or {}).items()),
+    ]
+    return table(("Backend locality", "Value"), rows)
+
+
+def errors(run: Run) -> str:
+    rows = [
+        (
+            (e.get("error_details") or {}).get("type"),
+            (e.get("error_details") or {}).get("code"),
+            (e.get("error_details") or {}).get("message"),
+            e.get("count"),
+        )
+        for e in run.summary.get("error_summary") or []
+    ]
+    if not rows:
+        return "<p>No failed requests.</p>"
+    return table(("Type", "Code", "Message", "Count"), rows)
+
+
+def health(run: Run) -> str:
+    if run.health is None:
+        return "<p>No health checks were run (health_check.json is absent).</p>"
+    rows = [
+        (
+            Raw(
+                f'<span class="{escape(str(c.get("status")))}">'
+                f"{escape(str(c.get('status', '')).upper())}</span>"
+            ),
+            c.get("name"),
+            c.get("summary"),
+        )
+        for c in run.health.get("checks") or []
+    ]
+    verdict = "passed" if run.health.get("passed") else "failed"
+    return f"<p>Health: {verdict}.</p>" + table(("Status", "Check", "Summary"), rows)
+
+
+def configuration(run: Run) -> str:
+    config = {k: run.summary.get(k) for k in ("input_config", "dagperf_config")}
+    return f"<pre>{escape(json.dumps(config, indent=2, default=str))}</pre>"
