@@ -164,6 +164,8 @@ async def test_a_benchmark_runs_to_success_with_exports_on_the_volume(cluster):
     exported = json.loads((results / "profile_export_aiperf.json").read_text())
     assert exported["request_count"]["avg"] == 9
     assert KEY not in (results / "profile_export_aiperf.json").read_text()
+    report = (results / "report.html").read_text()  # spec.results.report's default
+    assert "<title>dagperf report: demo</title>" in report and KEY not in report
 
     # The Job controller saw the scheduler's pod succeed; the workers were scaled to zero and
     # the ReplicaSet controller removed their pods.

@@ -10,16 +10,20 @@ rather than by timing.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 import pytest
 
-from dagperf.simulator import SimConfig, running_simulator
+from dagperf.simulator import SimConfig
 
 from emulator import ROOT, operating
 from kubelet import Kubelet
-from runs import free_port, gated_simulator, read_jsonl
+from runs import free_port, gated_simulator, read_jsonl, spawn
 
 NS = "bench"
 DATASET = ROOT / "examples" / "dag_jsonl" / "three-roots.dag.jsonl"  # names no model
@@ -112,6 +116,8 @@ async def test_a_benchmark_runs_to_success_with_its_summary_and_exports(node):
     assert exported["request_count"]["avg"] == 9
     assert (results / "profile_export_aiperf.csv").exists()
     assert KEY not in (results / "profile_export_aiperf.json").read_text()
+    report = (results / "report.html").read_text()  # spec.results.report's default
+    assert "<title>dagperf report: demo</title>" in report and KEY not in report
 
     scheduler = await pod("demo-scheduler-", api)
     (container,) = scheduler["status"]["containerStatuses"]
@@ -187,13 +193,14 @@ async def test_a_search_benchmark_finds_the_servers_slots_and_reports_them(node)
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "single"},
         "data": {example.name: example.read_text()},
     })  # fmt: skip
-    # 100 ms a reply, objective 150: a margin of 50 ms either way, for a simulator sharing its
-    # process with the operator and the node
-    slots = SimConfig(api_key=KEY, ttft_ms=100, itl_ms=0, output_tokens=1, max_concurrency=2)
-    async with running_simulator(slots) as sim:
+    # 100 ms a reply, objective 150; the simulator in a process of its own, so that the
+    # operator and the node sharing the test's process cannot delay its replies
+    slots = ["--ttft-ms", "100", "--itl-ms", "0", "--output-tokens", "1", "--max-concurrency", "2"]
+    async with simulator_process(*slots, "--api-key", KEY) as url:
         search = {"slo": ["time_to_first_token:p90:150"], "max": 4}
-        await start(api, sim, dataset={"configMapRef": {"name": "single"}}, search=search,
-                    load={"requestCount": 30}, workers={"processesPerPod": 1})  # fmt: skip
+        await start(api, Served(url), dataset={"configMapRef": {"name": "single"}},
+                    search=search, load={"requestCount": 30},
+                    workers={"processesPerPod": 1})  # fmt: skip
         done = await api.until(NS, "demo", phase("Succeeded"), timeout=120)
     assert done["status"]["search"] == {
         "parameter": "concurrency", "slo": ["time_to_first_token:p90:150"], "best": 2,
@@ -204,6 +211,24 @@ async def test_a_search_benchmark_finds_the_servers_slots_and_reports_them(node)
     written = json.loads((results / "search_results.json").read_text())
     assert written["best"] == 2 and len(written["steps"]) == 4
     assert (results / "step02-concurrency-2" / "profile_export_aiperf.json").exists()
+    assert "step01-concurrency-1 vs step02-concurrency-2" in (results / "report.html").read_text()
+
+
+class Served(NamedTuple):
+    url: str
+
+
+@contextlib.asynccontextmanager
+async def simulator_process(*flags: str) -> AsyncIterator[str]:
+    """`dagperf simulate` on a free port; yields its URL."""
+    process = await spawn("simulate", "--port", "0", *flags)
+    try:
+        assert process.stdout is not None
+        banner = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+        yield banner.split(" at ", 1)[1].strip()
+    finally:
+        process.terminate()
+        await process.wait()
 
 
 async def pod_names(api) -> list[str]:

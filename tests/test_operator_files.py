@@ -319,6 +319,24 @@ def test_every_load_and_health_option_goes_from_a_benchmark_to_the_scheduler_s_f
     assert (report["max_error_rate"], report["goodput"]) == (0.05, goodput)
 
 
+def test_the_report_is_written_where_the_files_are_kept():
+    from dagperf.cli import build_parser
+
+    def report_flag(results: dict) -> bool:
+        spec = BenchmarkSpec.model_validate({
+            "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
+            "results": results,
+        })  # fmt: skip
+        command = manifests.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
+        report: bool = build_parser().parse_args(command[1:]).report
+        return report
+
+    claim = {"persistentVolumeClaim": {"claimName": "results"}}
+    assert report_flag(claim)
+    assert not report_flag(claim | {"report": False})
+    assert not report_flag({})  # no claim: nowhere a reader could open it
+
+
 def test_a_benchmark_places_its_pods_where_it_says():
     placement = {
         "nodeSelector": {"gpu": "none", "pool": "bench"},

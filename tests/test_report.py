@@ -177,3 +177,22 @@ def test_what_is_drawn_is_capped_while_everything_is_counted(tmp_path):
         assert len(trace["x"]) == 400
     assert sum(figures["Request Latency: histogram"]["data"][0]["y"]) == 3000
     assert len(figures["Throughput over time"]["data"][0]["x"]) <= 300
+
+
+def test_repeated_runs_and_search_steps_are_compared_with_report(tmp_path):
+    repeated = dagperf(
+        "profile", "--input-file", str(AGENT_TREE), "--request-count", "16",
+        "--num-profile-runs", "2", "--report", "--artifact-dir", str(tmp_path / "repeat"),
+    )  # fmt: skip
+    assert repeated.returncode == 0, repeated.stderr
+    html = (tmp_path / "repeat" / "aggregate" / "report.html").read_text()
+    assert "dagperf comparison: run_0001 vs run_0002" in html
+    search = dagperf(
+        "search", "--input-file", str(AGENT_TREE), "--request-count", "16", "--slo",
+        "request_latency:p90:10000", "--search-parameter", "concurrency", "--sweep", "1,2",
+        "--report", "--artifact-dir", str(tmp_path / "search"),
+    )  # fmt: skip
+    assert search.returncode == 0, search.stderr
+    html = (tmp_path / "search" / "report.html").read_text()
+    labels = "step01-concurrency-1 vs step02-concurrency-2"
+    assert f"dagperf comparison: {labels}" in html

@@ -214,6 +214,8 @@ def scheduler_command(
         command += ["--max-error-rate", str(verdict.max_error_rate)]
     if verdict.goodput:
         command += ["--goodput", " ".join(f"{m}:{v}" for m, v in sorted(verdict.goodput.items()))]
+    if spec.results.report and spec.results.persistent_volume_claim is not None:
+        command.append("--report")
     if spec.search is not None:  # one pod: its workers are local processes
         command += [*spec.search.flags(), "--workers", str(spec.workers.processes_per_pod)]
     else:

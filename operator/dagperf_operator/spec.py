@@ -308,6 +308,12 @@ class Results(_Model):
         description="Where the export files go (default: nowhere persistent; the summary "
         "still reaches the status).",
     )
+    report: bool = Field(
+        default=True,
+        description="Write report.html (dagperf report: the DAG timeline, distributions, "
+        "health) beside the export files at the end of the run; a search compares its steps. "
+        "Only where the files are kept, on a claim.",
+    )
 
 
 class BenchmarkSpec(_Model):

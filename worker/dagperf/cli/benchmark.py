@@ -352,6 +352,14 @@ def write_html_report(run_dirs: list[Path], output: Path | None = None) -> None:
         print(f"dagperf: no report: {e}", file=sys.stderr)
 
 
+def write_runs_report(runs: Path, pattern: str, output: Path) -> None:
+    """A comparison of the finished runs in `runs` whose directory names match `pattern`."""
+    done = sorted(p.parent for p in runs.glob(f"{pattern}/profile_export_aiperf.json"))
+    if done:
+        output.mkdir(parents=True, exist_ok=True)
+        write_html_report(done, output)
+
+
 def report_outcome(
     outcome: Any, console: Any, artifact_dir: Path, health: HealthOptions, report: bool = False
 ) -> int:

@@ -25,7 +25,7 @@ from dagperf.cli.benchmark import (
     report_flags,
     report_options,
     report_outcome,
-    write_html_report,
+    write_runs_report,
 )
 from dagperf.cli.flags import (
     Commands,
@@ -189,11 +189,8 @@ def _repeated(plan: LocalPlan, runs: int, confidence: float, report: bool) -> in
     async def go() -> int:
         code = await run_repeated(plan, runs, confidence, sys.stdout)
         if report:  # the runs compared, into the aggregate's directory
-            runs_dir, output = plan.artifact_dir / "profile_runs", plan.artifact_dir / "aggregate"
-            done = sorted(p.parent for p in runs_dir.glob("run_*/profile_export_aiperf.json"))
-            if done:
-                output.mkdir(parents=True, exist_ok=True)
-                write_html_report(done, output)
+            directory = plan.artifact_dir
+            write_runs_report(directory / "profile_runs", "run_*", directory / "aggregate")
         return code
 
     return run_sync(go)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from dagperf import verdict
+from dagperf.cli.benchmark import write_runs_report
 from dagperf.cli.flags import Commands
 from dagperf.cli.roles import local_plan, profile_flags
 from dagperf.runtime.logs import setup_logging
@@ -97,7 +98,10 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     search = Search(parameter, objectives, plan, base, base.artifact_dir)
 
     async def go() -> int:
-        return await run_search(search, sys.stdout)
+        code = await run_search(search, sys.stdout)
+        if args.report:  # every step compared, beside search_results.json
+            write_runs_report(base.artifact_dir, "step*", base.artifact_dir)
+        return code
 
     return run_sync(go)
 
