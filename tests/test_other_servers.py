@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import logging
 
 import pytest
 from aiohttp import web
@@ -75,6 +76,23 @@ async def test_a_server_that_wants_a_key_gets_it_for_the_model_list_and_every_re
     assert run.returncode == 0, run.stderr
     assert [r.get("error") for r in run.records] == [None, None]
     assert "sk-test" not in (run.directory / "profile_export_aiperf.json").read_text()
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_redrawn_on_a_terminal_and_logged_as_lines_with_json_logs(caplog):
+    progress = Progress(Phase.PROFILING, 3, 2, 0, 1, 10, 1)
+    drawn = Terminal()
+    Console.for_output(False, "text", drawn).progress(progress)
+    assert drawn.getvalue().startswith("\r\x1b[2K[profiling] 2/10 requests (20%)")
+    logged = Terminal()
+    with caplog.at_level(logging.INFO, logger="dagperf.progress"):
+        Console.for_output(False, "json", logged).progress(progress)
+    assert logged.getvalue() == ""
+    assert [r.getMessage()[:33] for r in caplog.records] == ["[profiling] 2/10 requests (20%)  "]
 
 
 def test_progress_line_and_summary():

@@ -39,6 +39,12 @@ class Console:
         self._last_log = 0.0
         self._drawn = False
 
+    @classmethod
+    def for_output(cls, quiet: bool, log_format: str, stream: TextIO = sys.stderr) -> Console:
+        """Redrawn in place only on a terminal showing text logs: JSON logs stay one object per
+        line, progress included."""
+        return cls(stream, quiet, live=stream.isatty() and log_format == "text")
+
     def progress(self, p: Progress, ttft_p50_ms: float | None = None) -> None:
         """`ttft_p50_ms`: the run's time to first token so far, when it has one."""
         if self.quiet:

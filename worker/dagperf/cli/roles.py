@@ -173,7 +173,7 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     plan, health = made
     if args.num_profile_runs > 1:
         return _repeated(plan, args.num_profile_runs, args.confidence_level, args.report)
-    console = Console(quiet=args.quiet)
+    console = Console.for_output(args.quiet, args.log_format)
 
     async def go() -> int:
         outcome = await run_local(plan, console)
@@ -265,7 +265,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     artifact_dir = artifact_dir_for(args, load)
     options = report_options(parser, args, artifact_dir)
     ensure_writable(parser, artifact_dir)
-    console = Console(quiet=args.quiet)
+    console = Console.for_output(args.quiet, args.log_format)
 
     async def go() -> int:
         if fields["model"] is None:

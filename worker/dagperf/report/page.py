@@ -23,7 +23,7 @@ th:first-child, td:first-child { text-align: left; }
 thead th { background: #f4f4f4; }
 .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 8px; }
 .better { color: #2ca02c; font-weight: 600; } .worse { color: #d62728; font-weight: 600; }
-.pass { color: #2ca02c; } .fail { color: #d62728; } .skip { color: #888; }
+.pass { color: #2ca02c; } .fail { color: #d62728; } .skipped { color: #888; }
 .muted { color: #666; } pre { background: #f8f8f8; padding: 12px; overflow: auto; }
 """
 

@@ -181,6 +181,14 @@ def locality(run: Run) -> str | None:
         ("requests off their home backend", loc.get("requests_off_home_backend")),
         *((f"requests served by {b}", n) for b, n in (loc.get("by_backend") or {}).items()),
     ]
+    for key, where in (("home_backend_ms", "on"), ("off_home_backend_ms", "off")):
+        if isinstance(speed := loc.get(key), dict):  # FORK children: TTFT, else latency
+            rows.append(
+                (
+                    f"FORK children {where} their home backend: p50 ms (of {speed.get('count')})",
+                    speed.get("p50"),
+                )
+            )
     return table(("Backend locality", "Value"), rows)
 
 
