@@ -54,16 +54,19 @@ class Rendered:
         assert CHROMIUM, "needs Debian's chromium: apt-get install chromium (tests/run.sh does)"
         self.errors: list[str] = []
         self.requests: list[str] = []
+        self.dialogs: list[str] = []
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
             page.on("pageerror", lambda e: self.errors.append(str(e)))
             page.on("request", lambda r: self.requests.append(r.url))
+            page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
             page.goto(path.as_uri(), wait_until="load")
             self.figures = page.locator(".figure").count()
             self.drawn = page.locator(".figure .svg-container").count()
             self.text = page.evaluate("document.body.textContent")
+            self.ticks = page.locator(".ytick text").all_text_contents()
             self.screenshot = Image.open(io.BytesIO(page.screenshot(full_page=False)))
             browser.close()
 
@@ -155,7 +158,7 @@ def test_bad_input_is_named_without_a_traceback(tmp_path):
 
 def figures_in(html: str) -> list[dict]:
     data = html.split('<script type="application/json" id="figures">', 1)[1].split("</script>")[0]
-    return json.loads(data.replace("<\\/", "</"))
+    return json.loads(data)
 
 
 def test_what_is_drawn_is_capped_while_everything_is_counted(tmp_path):
@@ -196,3 +199,22 @@ def test_repeated_runs_and_search_steps_are_compared_with_report(tmp_path):
     html = (tmp_path / "search" / "report.html").read_text()
     labels = "step01-concurrency-1 vs step02-concurrency-2"
     assert f"dagperf comparison: {labels}" in html
+
+
+def test_hostile_names_stay_text(tmp_path):
+    """A session id and a label written as markup are shown as written, never run."""
+    hostile = "<img src=x onerror=alert(1)>"
+    dataset = tmp_path / "hostile.dag.jsonl"
+    line = {"session_id": hostile, "turns": [{"messages": [{"role": "user", "content": "hi"}]}]}
+    dataset.write_text(json.dumps(line) + "\n")
+    run = tmp_path / "run"
+    done = dagperf("profile", "--input-file", str(dataset), "--request-count", "2",
+                   "--artifact-dir", str(run), "--quiet")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "report.html"
+    label = "</script><script>alert(2)</script>"
+    write_report([run, run], out, labels=[label, "other"])
+    seen = Rendered(out)
+    assert seen.errors == [] and seen.dialogs == []
+    assert hostile in seen.text and label in seen.text
+    assert any(tick.startswith(f"{hostile} · ") for tick in seen.ticks)  # the timeline's lane

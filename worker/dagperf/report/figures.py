@@ -4,6 +4,7 @@ it come from every value."""
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 import numpy as np
@@ -70,13 +71,20 @@ def _pair(label: str, series: list[tuple[Run, np.ndarray]]) -> list[Figure]:
         x, y = _thinned_cdf(values)
         line = {"color": _color(i)}
         cdf.append(
-            {"type": "scatter", "mode": "lines", "name": run.label, "x": x, "y": y, "line": line}
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": escape(run.label),
+                "x": x,
+                "y": y,
+                "line": line,
+            }
         )
         counts, _ = np.histogram(values, edges)
         hist.append(
             {
                 "type": "bar",
-                "name": run.label,
+                "name": escape(run.label),
                 "x": edges[:-1].round(4).tolist(),
                 "y": counts.tolist(),
                 "width": float(edges[1] - edges[0]),
@@ -118,7 +126,7 @@ def throughput(runs: list[Run]) -> Figure:
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{run.label}: requests/s",
+                "name": f"{escape(run.label)}: requests/s",
                 "x": mid,
                 "y": (done / width).round(3).tolist(),
                 "line": {"color": _color(i)},
@@ -128,7 +136,7 @@ def throughput(runs: list[Run]) -> Figure:
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{run.label}: tokens/s",
+                "name": f"{escape(run.label)}: tokens/s",
                 "x": mid,
                 "y": (tokens / width).round(2).tolist(),
                 "yaxis": "y2",
@@ -165,7 +173,7 @@ def critical_split(runs: list[Run]) -> Figure | None:
             "orientation": "h",
             "name": name,
             "marker": {"color": color},
-            "y": [run.label for run, _ in shares],
+            "y": [escape(run.label) for run, _ in shares],
             "x": [round(100 * float(s.get(key, 0.0)), 2) for _, s in shares],
         }
         for key, name, color in CRITICAL_PARTS
@@ -195,7 +203,7 @@ def sibling_effect(runs: list[Run]) -> Figure | None:
             data.append(
                 {
                     "type": "box",
-                    "name": f"{run.label}: {name}",
+                    "name": f"{escape(run.label)}: {name}",
                     "y": values,
                     "marker": {"color": _color(i)},
                     "opacity": dim,

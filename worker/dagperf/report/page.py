@@ -57,7 +57,9 @@ class Page:
         return '<div class="grid">' + "".join(self.figure(f) for f in figs) + "</div>"
 
     def html(self, title: str, subtitle: str) -> str:
-        data = json.dumps(self.figures, separators=(",", ":")).replace("</", "<\\/")
+        # no "<" at all inside the script element: a name holding "</script>" or "<!--" cannot
+        # end it early
+        data = json.dumps(self.figures, separators=(",", ":")).replace("<", "\\u003c")
         bundle = resources.files("plotly").joinpath("package_data/plotly.min.js").read_text()
         return (
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

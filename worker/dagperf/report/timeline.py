@@ -13,6 +13,7 @@ own colour.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 from dagperf.report.runs import Request, Run
@@ -77,7 +78,7 @@ def _lane(t: _Traces, session: dict[str, Any], requests: list[Request], row: int
         y = rows[instance]
         t.ticks.append(y)
         label = f"{root_name} · {instance[:8]}" if y == row else f"  {name[instance]}"
-        t.labels.append(label)
+        t.labels.append(escape(label))  # Plotly reads its labels as (a subset of) HTML
     t.lanes.append((row - 0.5, row + len(instances) - 0.5))
     for r in requests:
         y, start = rows[r.instance], (r.start_ns - origin) / 1e6
@@ -122,7 +123,7 @@ def _edges(
 
 
 def _hover(r: Request, root: str) -> str:
-    parts = [f"{root} / {r.conversation} turn {r.turn}"]
+    parts = [escape(f"{root} / {r.conversation} turn {r.turn}")]
     if r.latency_ms is not None:
         parts.append(f"latency {r.latency_ms:,.1f} ms")
     if r.ttft_ms is not None:
@@ -130,9 +131,9 @@ def _hover(r: Request, root: str) -> str:
     if r.delay_ms:
         parts.append(f"authored delay {r.delay_ms:,.0f} ms")
     if r.backend:
-        parts.append(f"backend {r.backend}")
+        parts.append(escape(f"backend {r.backend}"))
     if r.error:
-        parts.append(f"error {r.error}")
+        parts.append(escape(f"error {r.error}"))
     return "<br>".join(parts)
 
 
