@@ -62,8 +62,8 @@ FILE_TYPES: dict[str, Compile] = {
 }
 
 
-def load_graph(path: str | Path, dataset_type: str) -> RequestGraph:
-    return load_file(path, FILE_TYPES[dataset_type])
+def load_graph(path: str | Path, dataset_type: str, source: str | None = None) -> RequestGraph:
+    return load_file(path, FILE_TYPES[dataset_type], source)
 
 
 def parse_graph(stream: BinaryIO, source: str, dataset_type: str) -> RequestGraph:

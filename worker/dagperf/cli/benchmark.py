@@ -19,6 +19,7 @@ from dagperf import verdict
 from dagperf.cli.flags import add_model_flags, log_flags
 from dagperf.config import ENDPOINT_PATHS, EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
+from dagperf.fetch import FetchError, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
 from dagperf.sources import FILE_TYPES, load_graph, resolve_schedule, synthetic_graph
@@ -40,7 +41,15 @@ def benchmark_flags(parser: argparse.ArgumentParser, url_required: bool) -> None
 
 def _dataset_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("dataset (a file, or a synthetic session config)")
-    group.add_argument("--input-file", metavar="FILE", help="the dataset file")
+    group.add_argument(
+        "--input-file", metavar="FILE",
+        help="the dataset file, or an http(s) URL of one (with --input-sha256)",
+    )  # fmt: skip
+    group.add_argument(
+        "--input-sha256", metavar="HEX",
+        help="the SHA-256 the dataset file must have: required for a URL, checked before the "
+        "file is read",
+    )  # fmt: skip
     group.add_argument(
         "--custom-dataset-type",
         choices=DATASET_TYPES,
@@ -224,7 +233,13 @@ def read_graph(
         parser.error("give a dataset file or --session-config FILE (one of them)")
     kind = "session config" if config else args.custom_dataset_type
     try:
-        return synthetic_graph(config) if config else load_graph(path, args.custom_dataset_type)
+        if config:
+            return synthetic_graph(config)
+        with local_copy(path, getattr(args, "input_sha256", None)) as local:
+            return load_graph(local, args.custom_dataset_type, source=shown(path))
+    except FetchError as e:
+        print(f"dagperf: {e}", file=out)
+        return None
     except DatasetError as e:
         for problem in e.problems:
             print(problem, file=out)
@@ -311,7 +326,7 @@ def artifact_dir_for(args: argparse.Namespace, load: LoadConfig) -> Path:
         shape = "schedule" + (f"-concurrency{load.concurrency}" if load.concurrency else "")
     else:
         shape = f"concurrency{load.concurrency or 1}"
-    name = Path(args.session_config or args.input_file).name.split(".")[0]
+    name = Path(shown(args.session_config or args.input_file)).name.split(".")[0]
     return Path("artifacts") / f"{name}-{args.endpoint_type}-{shape}"
 
 
@@ -319,7 +334,7 @@ def recorded_inputs(
     args: argparse.Namespace, load: LoadConfig, workers: int, options: dict[str, Any]
 ) -> dict[str, Any]:
     return {
-        "dataset": {"path": str(args.input_file), "type": args.custom_dataset_type}
+        "dataset": {"path": shown(str(args.input_file)), "type": args.custom_dataset_type}
         if args.input_file
         else {"path": str(args.session_config), "type": "synthetic"},
         "load": load.model_dump(mode="json"),

@@ -12,6 +12,7 @@ from dagperf import verdict
 from dagperf.cli.benchmark import write_runs_report
 from dagperf.cli.flags import Commands
 from dagperf.cli.roles import local_plan, profile_flags
+from dagperf.fetch import shown
 from dagperf.runtime.logs import setup_logging
 from dagperf.search.plan import PARAMETERS
 
@@ -89,7 +90,7 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         else:
             args.request_count = samples
     if args.artifact_dir is None:
-        name = Path(args.session_config or args.input_file or "search").name.split(".")[0]
+        name = Path(shown(args.session_config or args.input_file or "search")).name.split(".")[0]
         args.artifact_dir = Path("artifacts") / f"{name}-{args.endpoint_type}-search-{parameter}"
     made = local_plan(args, parser)
     if made is None:

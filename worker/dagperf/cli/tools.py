@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dagperf.cli.benchmark import DATASET_TYPES, read_graph
 from dagperf.cli.flags import Commands, add_model_flags, model_from_flags
+from dagperf.fetch import shown
 from dagperf.health import HealthOptions, health_command
 from dagperf.keys import FILES, KeySet
 from dagperf.simulator import SimConfig
@@ -23,7 +24,13 @@ def add_validate(commands: Commands) -> None:
         description="Check a dataset file. Exit 0 with a summary, or 1 with every problem as "
         "FILE:LINE: message.",
     )
-    validate.add_argument("input_file", metavar="FILE", nargs="?", help="a dataset file")
+    validate.add_argument(
+        "input_file", metavar="FILE", nargs="?", help="a dataset file, or an http(s) URL of one"
+    )
+    validate.add_argument(
+        "--sha256", dest="input_sha256", metavar="HEX",
+        help="the SHA-256 the file must have (required for a URL)",
+    )  # fmt: skip
     validate.add_argument(
         "--custom-dataset-type",
         choices=DATASET_TYPES,
@@ -126,7 +133,7 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     graph = read_graph(parser, args, out=sys.stdout)
     if graph is None:
         return 1
-    name = args.session_config or args.input_file
+    name = args.session_config or shown(args.input_file)
     figures = summary(graph)
     if args.json:
         keys = {name: name.lower().replace(" ", "_") for name in figures}

@@ -84,10 +84,10 @@ M = TypeVar("M", bound=BaseModel)
 Reader = Callable[[Iterable[bytes], str], T]
 
 
-def load_file(path: str | Path, read: Reader[T]) -> T:
+def load_file(path: str | Path, read: Reader[T], source: str | None = None) -> T:
     """Read a dataset file (plain or gzip-compressed) with a format's `read`; raise
-    `DatasetError` if it cannot be run."""
-    source = str(path)
+    `DatasetError` if it cannot be run. Problems name `source` (default: the path)."""
+    source = source or str(path)
     try:
         with open(path, "rb") as f:
             return parse_stream(f, source, read)
