@@ -523,6 +523,11 @@ async def test_the_operator_uses_exactly_the_rbac_it_asks_for(kube):
     await api.create(BENCH, benchmark("broken", dataset={"configMapRef": {"name": "absent"}}))
     await api.until(NS, "broken", phase("Failed"))
     await warned(cluster, "ConfigMapNotFound")
+    claim = {"persistentVolumeClaim": {"claimName": "absent", "path": "d.jsonl"}}
+    await api.create(BENCH, benchmark("unclaimed", dataset=claim))
+    b = await api.until(NS, "unclaimed", phase("Failed"))
+    assert condition(b, "DatasetValid")["reason"] == "ClaimNotFound"
+    assert b["status"]["message"] == "persistentvolumeclaim/absent does not exist in this namespace"
     await scheduler_ended(api, "demo", 0, json.dumps(FINAL))
     await api.gone(NS, "demo")  # expired: deleted by the operator
     # Discovery (a resource without a plural) is open to every authenticated client.

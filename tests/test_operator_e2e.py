@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -239,3 +243,95 @@ async def pod_names(api) -> list[str]:
 async def pod(prefix: str, api) -> dict:
     (name,) = [n for n in await pod_names(api) if n.startswith(prefix)]
     return await api.get(f"/api/v1/namespaces/{NS}/pods/{name}")
+
+
+@contextlib.contextmanager
+def file_server(directory: Path) -> Iterator[str]:
+    """Python's own file server on loopback, serving `directory`."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+         "--directory", str(directory)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and "Serving HTTP" in server.stdout.readline()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+async def test_a_dataset_too_large_for_a_config_map_runs_from_a_claim(node):
+    """spec.dataset.persistentVolumeClaim: mounted read-only by the scheduler."""
+    api, kubelet, sim, gate = node
+    gate.open()
+    (kubelet.claim("datasets") / "big").mkdir(parents=True)
+    (kubelet.claim("datasets") / "big" / "three.dag.jsonl").write_bytes(DATASET.read_bytes())
+    await api.create(f"/api/v1/namespaces/{NS}/persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "datasets"},
+        "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+    claim = {"persistentVolumeClaim": {"claimName": "datasets", "path": "big/three.dag.jsonl"}}
+    await start(api, sim, dataset=claim, load={"concurrency": 3})
+    done = await api.until(NS, "demo", phase("Succeeded"), timeout=60)
+    assert done["status"]["progress"]["display"] == "9/9"
+    valid = "persistentvolumeclaim/datasets path big/three.dag.jsonl (checked by the scheduler)"
+    assert condition(done, "DatasetValid")["message"] == valid
+
+
+async def test_a_dataset_too_large_for_a_config_map_runs_from_a_url(node, tmp_path):
+    """spec.dataset.url: its sha256 checked by the operator's preflight, then fetched and
+    checked again by the scheduler."""
+    api, _, sim, gate = node
+    gate.open()
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "three.dag.jsonl").write_bytes(DATASET.read_bytes())
+    digest = hashlib.sha256(DATASET.read_bytes()).hexdigest()
+    with file_server(served) as base:
+        url = {"url": {"url": f"{base}/three.dag.jsonl", "sha256": digest}}
+        await start(api, sim, dataset=url, load={"concurrency": 3})
+        done = await api.until(NS, "demo", phase("Succeeded"), timeout=60)
+        assert done["status"]["progress"]["display"] == "9/9"
+        expected = f"url {base}/three.dag.jsonl (sha256 checked)"
+        assert condition(done, "DatasetValid")["message"] == expected
+
+
+@pytest.mark.parametrize(
+    ("dataset", "reason", "said"),
+    [
+        ({"url": {"url": "{base}/three.dag.jsonl", "sha256": "0" * 64}}, "FetchFailed",
+         "{base}/three.dag.jsonl: sha256 is {digest}, expected " + "0" * 64),
+        ({"url": {"url": "{base}/missing.jsonl", "sha256": "0" * 64}}, "FetchFailed",
+         "{base}/missing.jsonl: the server answered HTTP 404 File not found"),
+    ],
+)  # fmt: skip
+async def test_a_url_dataset_that_cannot_be_run_fails_before_any_pod(node, tmp_path, dataset,
+                                                                     reason, said):  # fmt: skip
+    api, _, sim, _ = node
+    (tmp_path / "three.dag.jsonl").write_bytes(DATASET.read_bytes())
+    digest = hashlib.sha256(DATASET.read_bytes()).hexdigest()
+    with file_server(tmp_path) as base:
+        dataset["url"]["url"] = dataset["url"]["url"].format(base=base)
+        await start(api, sim, dataset=dataset)
+        failed = await api.until(NS, "demo", phase("Failed"), timeout=30)
+    assert condition(failed, "DatasetValid")["reason"] == reason
+    assert failed["status"]["message"] == said.format(base=base, digest=digest)
+    assert not await pod_names(api)
+
+
+async def test_a_claim_dataset_the_scheduler_cannot_run_fails_with_its_problems(node):
+    api, kubelet, sim, _ = node
+    kubelet.claim("datasets").mkdir(parents=True)
+    (kubelet.claim("datasets") / "bad.dag.jsonl").write_text('{"session_id": "a"}\n')
+    await api.create(f"/api/v1/namespaces/{NS}/persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "datasets"},
+        "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+    claim = {"persistentVolumeClaim": {"claimName": "datasets", "path": "bad.dag.jsonl"}}
+    await start(api, sim, dataset=claim)
+    failed = await api.until(NS, "demo", phase("Failed"), timeout=60)
+    message = failed["status"]["message"]
+    assert message.startswith("the scheduler exited with code 2: ")  # the node maps /dataset
+    assert "bad.dag.jsonl:1: " in message and message.endswith("invalid dag_jsonl, 1 problem(s)")

@@ -447,3 +447,36 @@ def test_a_server_metrics_selector_must_be_label_terms(selector):
             "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
             "serverMetrics": {"selector": selector, "port": 8000},
         })  # fmt: skip
+
+
+def test_a_dataset_comes_from_exactly_one_source_and_reaches_the_scheduler_from_it():
+    from dagperf.cli import build_parser
+
+    def spec_with(dataset: dict) -> BenchmarkSpec:
+        return BenchmarkSpec.model_validate(
+            {"endpoint": {"url": "http://llm:8000"}, "dataset": dataset}
+        )
+
+    digest = "AB" * 32
+    claim = {"persistentVolumeClaim": {"claimName": "data", "path": "big/d.jsonl"}}
+    url = {"url": {"url": "https://example.invalid/d.jsonl", "sha256": digest}}
+    for both in ({**claim, **url}, {}):
+        with pytest.raises(ValidationError, match="give one of configMapRef, url or persistent"):
+            spec_with(both)
+    for path in ("/etc/passwd", "../d.jsonl", "a/../../d.jsonl"):
+        with pytest.raises(ValidationError, match=r"relative, without '\.\.'"):
+            spec_with({"persistentVolumeClaim": {"claimName": "data", "path": path}})
+    settings = OperatorSettings()
+    job = manifests.scheduler_job("demo", spec_with(claim), "big/d.jsonl", settings)
+    pod = job["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "dataset"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "data", "readOnly": True}
+    args = build_parser().parse_args(pod["containers"][0]["command"][1:])
+    assert (args.input_file, args.input_sha256) == ("/dataset/big/d.jsonl", None)
+    job = manifests.scheduler_job("demo", spec_with(url), None, settings)
+    pod = job["spec"]["template"]["spec"]
+    assert not [v for v in pod["volumes"] if v["name"] == "dataset"]
+    assert not [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "dataset"]
+    args = build_parser().parse_args(pod["containers"][0]["command"][1:])
+    assert (args.input_file, args.input_sha256) == (url["url"]["url"], digest.lower())
+    kubernetes_validate.validate(job, kubernetes_validate.utils.latest_version(), strict=True)

@@ -19,7 +19,6 @@ import, so the settings they depend on are read then.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import urllib.error
@@ -33,14 +32,13 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from dagperf.contract import RunState, StatusReport, decode_status
-from dagperf.dataset import DatasetError
 from dagperf.keys import KeySet
 from dagperf.metrics.tokens import TokenCounter, TokenizerError
-from dagperf.sources import SESSION_CONFIG, parse_graph, parse_synthetic_graph
 from dagperf_operator import manifests
 from dagperf_operator import status as st
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
 from dagperf_operator.kube import Kube, api_client
+from dagperf_operator.preflight import check_dataset
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
 from dagperf_operator.status import Condition, Phase
@@ -121,29 +119,21 @@ def create(
         patch.status["message"] = "created suspended: nothing was launched"
         return
     try:
-        files = kube.dataset_files(namespace, parsed.dataset.config_map_ref.name)
-        key, problems = _check_dataset(parsed, files)
-        if problems:
-            reason = "ConfigMapNotFound" if files is None else "InvalidDataset"
-            message = st.dataset_problems_message(problems)
-            _fail(body, patch, conditions, Condition.DATASET_VALID, reason, message)
+        dataset = check_dataset(parsed, namespace, kube)
+        if dataset.reason is not None:
+            _fail(body, patch, conditions, Condition.DATASET_VALID, dataset.reason, dataset.message)
             return
-        assert key is not None  # a dataset without problems was found under a key
         if problem := _check_tokenizer(parsed, namespace, kube):
             _fail(body, patch, conditions, Condition.DATASET_VALID, "InvalidTokenizer", problem)
             return
         conditions = st.set_condition(
-            conditions,
-            Condition.DATASET_VALID,
-            True,
-            "Valid",
-            f"configmap/{parsed.dataset.config_map_ref.name} key {key}",
+            conditions, Condition.DATASET_VALID, True, "Valid", dataset.message
         )
         scrape, problem = _backend_metrics(parsed, namespace, kube)
         if problem:
             _fail(body, patch, conditions, Condition.SPEC_ACCEPTED, "NoBackendPods", problem)
             return
-        _launch(body, name, namespace, parsed, key, kube, memo.settings, scrape)
+        _launch(body, name, namespace, parsed, dataset.key, kube, memo.settings, scrape)
     except ApiException as e:
         if retry + 1 >= RETRIES or (400 <= e.status < 500 and e.status != 429):
             _fail(
@@ -217,40 +207,12 @@ def _check_tokenizer(spec: BenchmarkSpec, namespace: str, kube: Kube) -> str | N
     return None
 
 
-def _check_dataset(
-    spec: BenchmarkSpec, files: dict[str, bytes] | None
-) -> tuple[str | None, list[str]]:
-    """The dataset's key and its problems (as `line N: ...`), or why it could not be read."""
-    ref = spec.dataset.config_map_ref
-    if files is None:
-        return None, [f"configmap/{ref.name} does not exist in this namespace"]
-    key = ref.key
-    if key is None:
-        if len(files) != 1:
-            keys = ", ".join(sorted(files)) or "none"
-            return None, [
-                f"configmap/{ref.name} has {len(files)} keys ({keys}): set dataset.configMapRef.key"
-            ]
-        key = next(iter(files))
-    if key not in files:
-        return key, [f"configmap/{ref.name} has no key {key!r}"]
-    source = f"configmap/{ref.name}/{key}"
-    try:
-        if spec.dataset.type == SESSION_CONFIG:
-            parse_synthetic_graph(files[key], source)
-        else:
-            parse_graph(io.BytesIO(files[key]), source, spec.dataset.type)
-    except DatasetError as e:
-        return key, [p.short() for p in e.problems]
-    return key, []
-
-
 def _launch(
     body: kopf.Body,
     name: str,
     namespace: str,
     spec: BenchmarkSpec,
-    key: str,
+    key: str | None,
     kube: Kube,
     settings: OperatorSettings,
     scrape: tuple[str, ...] = (),

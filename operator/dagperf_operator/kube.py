@@ -48,6 +48,15 @@ class Kube:
         self.custom = CustomObjectsApi(client)
         self.networking = NetworkingV1Api(client)
 
+    def claim_exists(self, namespace: str, name: str) -> bool:
+        try:
+            self.core.read_namespaced_persistent_volume_claim(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
     def dataset_files(self, namespace: str, name: str) -> dict[str, bytes] | None:
         """A ConfigMap's files (data and binaryData); None when there is no such ConfigMap."""
         try:

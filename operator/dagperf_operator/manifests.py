@@ -180,18 +180,36 @@ def model_flags(options: BaseModel, prefix: str = "") -> list[str]:
     return flags
 
 
+def _dataset_flags(spec: BenchmarkSpec, dataset_key: str | None) -> list[str]:
+    """Where the scheduler reads the dataset: a file under DATASET_DIR (a ConfigMap's key, a
+    path on a claim), or a URL it fetches and checks against its digest."""
+    if spec.dataset.url is not None:
+        where = [spec.dataset.url.url, "--input-sha256", spec.dataset.url.sha256.lower()]
+    else:
+        where = [f"{DATASET_DIR}/{dataset_key}"]
+    if spec.dataset.type == SESSION_CONFIG:
+        return ["--session-config", *where]
+    return ["--input-file", *where, "--custom-dataset-type", spec.dataset.type]
+
+
+def _dataset_volume(spec: BenchmarkSpec) -> dict[str, Any] | None:
+    dataset = spec.dataset
+    if dataset.persistent_volume_claim is not None:
+        claim = {"claimName": dataset.persistent_volume_claim.claim_name, "readOnly": True}
+        return {"name": "dataset", "persistentVolumeClaim": claim}
+    if dataset.config_map_ref is not None:
+        return {"name": "dataset", "configMap": {"name": dataset.config_map_ref.name}}
+    return None  # a URL: fetched into the pod's scratch space
+
+
 def scheduler_command(
-    name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings,
+    name: str, spec: BenchmarkSpec, dataset_key: str | None, settings: OperatorSettings,
     scrape: tuple[str, ...] = (),
 ) -> list[str]:  # fmt: skip
     """`scrape`: the metrics URLs of the backend pods (see `server_metrics_urls`)."""
     e, load = spec.endpoint, spec.load
-    dataset = f"{DATASET_DIR}/{dataset_key}"
     command = ["dagperf", "search" if spec.search else "scheduler"]
-    if spec.dataset.type == SESSION_CONFIG:
-        command += ["--session-config", dataset]
-    else:
-        command += ["--input-file", dataset, "--custom-dataset-type", spec.dataset.type]
+    command += _dataset_flags(spec, dataset_key)
     command += ["--url", e.url, "--endpoint-type", e.type]
     if e.model:
         command += ["--model", e.model]
@@ -245,7 +263,7 @@ def scheduler_command(
 
 
 def scheduler_job(
-    name: str, spec: BenchmarkSpec, dataset_key: str, settings: OperatorSettings,
+    name: str, spec: BenchmarkSpec, dataset_key: str | None, settings: OperatorSettings,
     scrape: tuple[str, ...] = (),
 ) -> dict[str, Any]:  # fmt: skip
     names = Names(name)
@@ -274,8 +292,12 @@ def scheduler_job(
                 "configMap": {"name": spec.dataset.tokenizer.name, "items": items},
             }
         )
+    if (dataset := _dataset_volume(spec)) is not None:
+        volumes.append(dataset)
+        container["volumeMounts"].append(
+            {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}
+        )
     container["volumeMounts"] += [
-        {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True},
         {"name": "results", "mountPath": RESULTS_DIR},
         KEYS_MOUNT,
     ]
@@ -308,10 +330,6 @@ def scheduler_job(
                     "automountServiceAccountToken": False,  # they never call the API
                     "containers": [container],
                     "volumes": [
-                        {
-                            "name": "dataset",
-                            "configMap": {"name": spec.dataset.config_map_ref.name},
-                        },
                         results,
                         {"name": "scratch", "emptyDir": {}},
                         _keys_volume(name, FILES if spec.search else SCHEDULER_FILES),

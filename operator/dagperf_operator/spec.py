@@ -120,8 +120,43 @@ class FileRef(_Model):
     key: str = Field(min_length=1, description="The key holding the file, in data or binaryData.")
 
 
+class UrlRef(_Model):
+    url: str = Field(pattern=r"^https?://", description="An http(s) URL of the dataset file.")
+    sha256: str = Field(
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="The SHA-256 the file must have; checked before it is read, by the "
+        "operator's preflight and by the scheduler that fetches it.",
+    )
+
+
+class ClaimFileRef(_Model):
+    claim_name: str = Field(min_length=1, description="A claim in the Benchmark's namespace.")
+    path: str = Field(
+        min_length=1, description="The file's path inside the claim (relative, no '..')."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, path: str) -> str:
+        if path.startswith("/") or ".." in path.split("/"):
+            raise ValueError("a path inside the claim: relative, without '..'")
+        return path
+
+
 class Dataset(_Model):
-    config_map_ref: ConfigMapRef = Field(description="Where the dataset file is.")
+    config_map_ref: ConfigMapRef | None = Field(
+        default=None, description="A ConfigMap holding the dataset file (up to 1 MiB)."
+    )
+    url: UrlRef | None = Field(
+        default=None,
+        description="An http(s) URL of the dataset file, with its sha256: the scheduler fetches "
+        "it (a file too large for a ConfigMap).",
+    )
+    persistent_volume_claim: ClaimFileRef | None = Field(
+        default=None,
+        description="A file on a claim, which the scheduler mounts read-only (a file too large "
+        "for a ConfigMap); the scheduler checks it when it starts.",
+    )
     type: Literal[
         "dag_jsonl", "session_graph", "mooncake_trace", "timed_synthetic_session", "session_config"
     ] = Field(
@@ -134,6 +169,13 @@ class Dataset(_Model):
         description="A tokenizer.json, for token counts the server does not report "
         "(--tokenizer); checked before anything starts, then sent to every worker.",
     )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Dataset:
+        given = [self.config_map_ref, self.url, self.persistent_volume_claim]
+        if sum(source is not None for source in given) != 1:
+            raise ValueError("give one of configMapRef, url or persistentVolumeClaim")
+        return self
 
 
 # A load option's name in a Benchmark, where it is not the flag's (kept from before the fields

@@ -248,9 +248,12 @@ def read_graph(
 
 
 def graph_and_load(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, load: LoadConfig
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    load: LoadConfig,
+    out: typing.TextIO = sys.stderr,
 ) -> tuple[RequestGraph, LoadConfig] | None:
-    graph = read_graph(parser, args)
+    graph = read_graph(parser, args, out)
     if graph is None:
         return None
     try:

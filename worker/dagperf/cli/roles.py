@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -44,6 +46,8 @@ from dagperf.simulator import SimConfig
 
 if TYPE_CHECKING:
     from dagperf.profile import LocalPlan
+
+TERMINATION_MESSAGE_CHARS = 3000  # a pod's termination message holds 4 KB
 
 
 def add_profile(commands: Commands) -> None:
@@ -258,8 +262,13 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     fields = endpoint_fields(parser, args)
     load = model_from_flags(parser, args, LoadConfig)
     health = model_from_flags(parser, args, HealthOptions, prefix="health_")
-    loaded = graph_and_load(parser, args, load)
+    problems = io.StringIO()
+    loaded = graph_and_load(parser, args, load, problems)
     if loaded is None:
+        said = problems.getvalue()
+        sys.stderr.write(said)
+        if args.summary_file:  # the pod's termination message: the operator shows it
+            Path(args.summary_file).write_text(said[:TERMINATION_MESSAGE_CHARS])
         return verdict.USAGE
     graph, load = loaded
     artifact_dir = artifact_dir_for(args, load)

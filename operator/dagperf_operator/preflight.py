@@ -1,0 +1,105 @@
+"""What is checked of a Benchmark's dataset before anything is launched, from each source:
+
+- a ConfigMap: read through the API and parsed with the CLI's loader;
+- a URL: fetched by streaming to a temporary file, its SHA-256 checked, then parsed the same
+  way (the scheduler fetches and checks it again: the file could change in between);
+- a claim: the operator mounts no volume, so it checks that the claim exists (a pod waiting on
+  a missing claim would wait forever); the scheduler reads the file when it starts and, if it
+  cannot run it, fails the Benchmark with the problems.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from dagperf.dataset import DatasetError
+from dagperf.fetch import FetchError, local_copy, shown
+from dagperf.sources import SESSION_CONFIG, load_graph, parse_graph, parse_synthetic_graph
+from dagperf_operator import status as st
+from dagperf_operator.kube import Kube
+from dagperf_operator.spec import BenchmarkSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """The outcome: `reason` is None when the dataset may be run; `key` is where the scheduler
+    reads it (a ConfigMap's key, a path on the claim; None for a URL); `message` says where
+    the dataset is, or what is wrong with it."""
+
+    reason: str | None
+    message: str
+    key: str | None = None
+
+
+def check_dataset(spec: BenchmarkSpec, namespace: str, kube: Kube) -> Checked:
+    dataset = spec.dataset
+    if dataset.url is not None:
+        return _from_url(spec)
+    if dataset.persistent_volume_claim is not None:
+        ref = dataset.persistent_volume_claim
+        where = f"persistentvolumeclaim/{ref.claim_name}"
+        if not kube.claim_exists(namespace, ref.claim_name):
+            return Checked("ClaimNotFound", f"{where} does not exist in this namespace")
+        return Checked(None, f"{where} path {ref.path} (checked by the scheduler)", ref.path)
+    return _from_config_map(spec, namespace, kube)
+
+
+def _parsed(spec: BenchmarkSpec, data: bytes, source: str) -> list[str]:
+    try:
+        if spec.dataset.type == SESSION_CONFIG:
+            parse_synthetic_graph(data, source)
+        else:
+            parse_graph(io.BytesIO(data), source, spec.dataset.type)
+    except DatasetError as e:
+        return [p.short() for p in e.problems]
+    return []
+
+
+def _from_url(spec: BenchmarkSpec) -> Checked:
+    ref = spec.dataset.url
+    assert ref is not None
+    try:
+        with local_copy(ref.url, ref.sha256) as path:
+            problems = _file_problems(spec, path, shown(ref.url))
+    except FetchError as e:
+        return Checked("FetchFailed", str(e))
+    if problems:
+        return Checked("InvalidDataset", st.dataset_problems_message(problems))
+    return Checked(None, f"url {shown(ref.url)} (sha256 checked)")
+
+
+def _file_problems(spec: BenchmarkSpec, path: Path, source: str) -> list[str]:
+    if spec.dataset.type == SESSION_CONFIG:
+        return _parsed(spec, path.read_bytes(), source)
+    try:
+        load_graph(path, spec.dataset.type, source)
+    except DatasetError as e:
+        return [p.short() for p in e.problems]
+    return []
+
+
+def _from_config_map(spec: BenchmarkSpec, namespace: str, kube: Kube) -> Checked:
+    ref = spec.dataset.config_map_ref
+    assert ref is not None
+    files = kube.dataset_files(namespace, ref.name)
+    if files is None:
+        return Checked(
+            "ConfigMapNotFound", f"configmap/{ref.name} does not exist in this namespace"
+        )
+    key = ref.key
+    if key is None:
+        if len(files) != 1:
+            keys = ", ".join(sorted(files)) or "none"
+            message = (
+                f"configmap/{ref.name} has {len(files)} keys ({keys}): set dataset.configMapRef.key"
+            )
+            return Checked("InvalidDataset", message)
+        key = next(iter(files))
+    if key not in files:
+        return Checked("InvalidDataset", f"configmap/{ref.name} has no key {key!r}")
+    problems = _parsed(spec, files[key], f"configmap/{ref.name}/{key}")
+    if problems:
+        return Checked("InvalidDataset", st.dataset_problems_message(problems))
+    return Checked(None, f"configmap/{ref.name} key {key}", key)
