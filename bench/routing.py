@@ -52,8 +52,8 @@ def _credit(flight: Flight) -> protocol.Credit:
     )
 
 
-def routing_throughput(workers: int, requests: int = 200_000) -> float:
-    graph = _graph(roots=256, forks=4)
+def routing_throughput(workers: int, requests: int = 200_000, roots: int = 256) -> float:
+    graph = _graph(roots=roots, forks=4)
     load = LoadConfig(concurrency=1024, num_conversations=10**9)
     dispatcher = Dispatcher(graph, load, time.monotonic)
     for w in range(workers):

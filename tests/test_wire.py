@@ -219,6 +219,27 @@ def test_rendezvous_routing_is_stable_and_moves_only_what_it_must():
         RendezvousRouter().pick("k")
 
 
+def test_a_new_key_costs_the_same_however_many_workers_there_are(monkeypatch):
+    """Once a bucket's winner is known, a key in it scores no worker; a change of workers
+    finds the winners again."""
+    from dagperf.engine import routing
+
+    router = RendezvousRouter()
+    for w in range(256):
+        router.add(f"w{w}")
+    keys = [f"key-{i}" for i in range(20_000)]
+    first = {k: router.pick(k) for k in keys}
+    assert len(set(first.values())) == 256
+    scored = []
+    real_scores = routing._scores
+    monkeypatch.setattr(routing, "_scores", lambda b, w: scored.append(b) or real_scores(b, w))
+    assert {k: router.pick(k) for k in keys} == first and scored == []
+    router.remove("w0")
+    assert {k: router.pick(k) for k in keys if first[k] != "w0"} == {
+        k: w for k, w in first.items() if w != "w0"
+    }
+
+
 def test_batches_keep_order_and_stay_under_the_size_limit():
     """A peer drops a message over its MAXMSGSIZE along with the connection: batches are split
     by count and by size, in order; one item too big for the limit still goes alone."""
