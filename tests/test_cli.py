@@ -137,6 +137,8 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/search/single-turn.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/backends/fork-heavy.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/report/agent-tree.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
+    "examples/aiperf/single_turn.jsonl": ["--custom-dataset-type", "single_turn"],
+    "examples/aiperf/multi_turn.jsonl": ["--custom-dataset-type", "multi_turn"],
     "examples/traces/mooncake.jsonl": ["--custom-dataset-type", "mooncake_trace"],
     "examples/traces/timed_sessions.jsonl": ["--custom-dataset-type", "timed_synthetic_session"],
     "examples/session_configs/linear.yaml": ["--session-config"],

@@ -158,7 +158,13 @@ class Dataset(_Model):
         "for a ConfigMap); the scheduler checks it when it starts.",
     )
     type: Literal[
-        "dag_jsonl", "session_graph", "mooncake_trace", "timed_synthetic_session", "session_config"
+        "dag_jsonl",
+        "session_graph",
+        "mooncake_trace",
+        "timed_synthetic_session",
+        "single_turn",
+        "multi_turn",
+        "session_config",
     ] = Field(
         default="dag_jsonl",
         description="The file's format (--custom-dataset-type), or session_config: the file is "

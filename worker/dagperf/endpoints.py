@@ -29,6 +29,8 @@ def request_params(payload: Payload, endpoint: EndpointConfig) -> dict[str, Any]
     """Every body field of one authored turn except the conversation."""
     api = endpoint.endpoint_type
     params: dict[str, Any] = {"model": payload.model or endpoint.model}
+    if api in ("chat", "completions"):  # said either way, as AIPerf does
+        params["stream"] = endpoint.streaming
     if endpoint.streaming:
         params["stream"] = True
         if api in ("chat", "completions"):  # the others report usage in their last events

@@ -45,6 +45,20 @@ def _timed_sessions(lines: Iterable[bytes], source: str) -> RequestGraph:
     return _compile(source, trace.specs, trace.loader_mode)
 
 
+def _single_turn(lines: Iterable[bytes], source: str) -> RequestGraph:
+    from dagperf.dataset.aiperf_custom import read_single_turn
+
+    trace = read_single_turn(lines, source)
+    return _compile(source, trace.specs, trace.loader_mode)
+
+
+def _multi_turn(lines: Iterable[bytes], source: str) -> RequestGraph:
+    from dagperf.dataset.aiperf_custom import read_multi_turn
+
+    trace = read_multi_turn(lines, source)
+    return _compile(source, trace.specs, trace.loader_mode)
+
+
 def _compile(source: str, specs: list[Any], loader_mode: Any) -> RequestGraph:
     from dagperf.graph.sessions import SpecError, compile_sessions
 
@@ -59,6 +73,8 @@ FILE_TYPES: dict[str, Compile] = {
     "session_graph": _session_graph,
     "mooncake_trace": _mooncake,
     "timed_synthetic_session": _timed_sessions,
+    "single_turn": _single_turn,
+    "multi_turn": _multi_turn,
 }
 
 

@@ -1,0 +1,216 @@
+"""AIPerf's custom dataset types `single_turn` and `multi_turn`, with AIPerf 0.13's file shapes
+and what it sends for them on a chat endpoint (tests compare against requests AIPerf sent).
+
+    single_turn:  {"text": "What is deep learning?"}
+                  {"texts": ["Who are you?", "Hello"], "output_length": 32, "extra": {"top_p": 1}}
+                  {"session_id": "s1", "text": "first"}  {"session_id": "s1", "text": "second"}
+    multi_turn:   {"session_id": "c1", "turns": [{"text": "Hello"}, {"text": "More", "delay": 20}]}
+
+A turn's content is its `text`, or its `texts` (strings, or AIPerf's named fields
+`{"name", "contents"}`): one text is sent as a string, several as text parts. `role` is the
+message's role (default user), `output_length` the reply's limit (sent as
+`max_completion_tokens`, as AIPerf does on chat), `extra` fields merged into the request body,
+`delay` ms waited after the previous turn's reply, `timestamp` ms the conversation's arrival on a
+fixed schedule (the first turn's; a file is timed when every conversation has one).
+
+single_turn rows are conversations of one request, except rows sharing a `session_id`: those are
+sent in file order, each as written (`message_array_with_responses`). multi_turn conversations
+accumulate (`deltas_without_responses`): each turn continues the previous turn's context and its
+live reply; entries sharing a `session_id` are one conversation. A leading text-only system turn
+(one, not two in a row) is not a request: its text leads every request's messages, as AIPerf
+hoists it. A conversation may set its own `context_mode`.
+
+Images, audio and video are refused with a clear message: dagperf sends text. Unknown fields are
+refused too (AIPerf ignores them), so a typo such as `output_lenght` fails the load instead of
+silently changing the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
+
+from dagperf.dataset.limits import ArrivalMs, OutputTokens, WaitMs
+from dagperf.dataset.loader import Problems, validated_lines
+from dagperf.dataset.mooncake import TraceDataset
+from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
+from dagperf.runtime.gcpause import gc_paused
+
+MEDIA = ("image", "images", "image_uuids", "audio", "audios", "video", "videos")
+
+
+class NamedText(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: StrictStr = "text"
+    contents: list[StrictStr] = Field(min_length=1)
+
+
+class Turn(BaseModel):
+    """One row of single_turn, or one turn of multi_turn."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["single_turn"] | None = None
+    session_id: StrictStr | None = Field(default=None, min_length=1)
+    text: StrictStr | None = None
+    texts: list[StrictStr] | list[NamedText] | None = None
+    role: StrictStr | None = Field(default=None, min_length=1)
+    timestamp: ArrivalMs | None = None
+    delay: WaitMs | None = None
+    output_length: OutputTokens | None = None
+    extra: dict[str, Any] | None = None
+    image: Any = None
+    images: Any = None
+    image_uuids: Any = None
+    audio: Any = None
+    audios: Any = None
+    video: Any = None
+    videos: Any = None
+
+    @model_validator(mode="after")
+    def _as_aiperf_takes_it(self) -> Turn:
+        if media := [name for name in MEDIA if getattr(self, name) is not None]:
+            raise ValueError(f"{media[0]}: images, audio and video are not supported (text only)")
+        if self.text and self.texts:
+            raise ValueError("text and texts cannot be set together")
+        if self.timestamp and self.delay:
+            raise ValueError("timestamp and delay cannot be set together")
+        if not self.contents:
+            raise ValueError("a turn needs text: give text or texts")
+        return self
+
+    @property
+    def contents(self) -> list[str]:
+        if self.texts is None:
+            return [self.text] if self.text else []
+        return [c for t in self.texts for c in ((t,) if isinstance(t, str) else t.contents)]
+
+    def message(self) -> dict[str, Any]:
+        contents = self.contents
+        content: Any = (
+            contents[0] if len(contents) == 1 else [{"type": "text", "text": c} for c in contents]
+        )
+        return {"role": self.role or "user", "content": content}
+
+    def payload(self, lead: list[dict[str, Any]] | None = None) -> Payload:
+        extra = {} if self.output_length is None else {"max_completion_tokens": self.output_length}
+        extra |= self.extra or {}
+        return Payload([*(lead or []), self.message()], extra=extra or None)
+
+
+class Conversation(BaseModel):
+    """One multi_turn line."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["multi_turn"] | None = None
+    session_id: StrictStr | None = Field(default=None, min_length=1)
+    turns: list[Turn] = Field(min_length=1)
+    context_mode: ContextMode | None = None
+
+
+def read_single_turn(lines: Iterable[bytes], source: str) -> TraceDataset:
+    with gc_paused():
+        return _read(_single_turn_rows(lines, source), source, single=True)
+
+
+def read_multi_turn(lines: Iterable[bytes], source: str) -> TraceDataset:
+    with gc_paused():
+        return _read(_multi_turn_rows(lines, source), source, single=False)
+
+
+Rows = Iterator[tuple[Problems, int, str | None, list[Turn], ContextMode | None]]
+
+
+def _single_turn_rows(lines: Iterable[bytes], source: str) -> Rows:
+    problems = Problems(source)
+    for lineno, _, row in validated_lines(lines, Turn, problems, "one request per line"):
+        yield problems, lineno, None if row is None else row.session_id, [row] if row else [], None
+
+
+def _multi_turn_rows(lines: Iterable[bytes], source: str) -> Rows:
+    problems = Problems(source)
+    for lineno, _, conv in validated_lines(lines, Conversation, problems, "one conversation"):
+        if conv is not None and (nested := [t for t in conv.turns if t.session_id]):
+            problems.add(lineno, f"turns: a turn's session_id ('{nested[0].session_id}') is "
+                         "not read; give the conversation's session_id instead")  # fmt: skip
+            conv = None
+        turns = [] if conv is None else list(conv.turns)
+        mode = None if conv is None else conv.context_mode
+        yield problems, lineno, None if conv is None else conv.session_id, turns, mode
+
+
+class _Conversation:
+    def __init__(self, line: int, mode: ContextMode | None):
+        self.line, self.mode = line, mode
+        self.turns: list[Turn] = []
+
+
+def _read(rows: Rows, source: str, single: bool) -> TraceDataset:
+    conversations: dict[str, _Conversation] = {}
+    generated: dict[str, int] = {}  # ids given to conversations without one, by line
+    problems: Problems | None = None
+    for problems, lineno, sid, turns, mode in rows:
+        if not turns:
+            continue
+        if sid in generated:
+            problems.add(lineno, f"session_id: '{sid}' is the id given to the conversation "
+                         f"without one on line {generated[sid]}; choose another")  # fmt: skip
+            continue
+        key = sid if sid is not None else f"line-{lineno:06d}"
+        if sid is None:
+            if key in conversations:
+                problems.add(lineno, f"session_id: missing, and the id '{key}' it would get is "
+                             "taken; give it a session_id")  # fmt: skip
+                continue
+            generated[key] = lineno
+        found = conversations.setdefault(key, _Conversation(lineno, mode))
+        if mode is not None and found.mode not in (None, mode):
+            problems.add(lineno, f"context_mode: '{mode}' differs from line {found.line}'s")
+        found.turns.extend(turns)
+    if problems is None:
+        problems = Problems(source)
+        problems.add(None, "empty file: it needs at least one line")
+    timed = [c for c in conversations.values() if c.turns[0].timestamp is not None]
+    if timed and len(timed) < len(conversations):
+        untimed = next(c for c in conversations.values() if c.turns[0].timestamp is None)
+        problems.add(untimed.line, f"timestamp: missing, but line {timed[0].line} has one: "
+                     "give every conversation a timestamp or none")  # fmt: skip
+    problems.raise_any()
+    default = ContextMode.MESSAGE_ARRAY_WITH_RESPONSES if single else None
+    specs = [_spec(key, c, default, single) for key, c in conversations.items()]
+    if timed:
+        specs.sort(key=lambda s: s.start_s or 0.0)
+    return TraceDataset(specs, None, bool(timed))
+
+
+def _spec(key: str, conv: _Conversation, default: ContextMode | None, single: bool) -> SessionSpec:
+    turns, lead = conv.turns, None
+    if not single and _hoisted(turns):
+        lead, turns = [turns[0].message()], turns[1:]
+    as_written = (conv.mode or default) is ContextMode.MESSAGE_ARRAY_WITH_RESPONSES
+    nodes = tuple(
+        GraphNode(
+            key=str(k),
+            payload=turn.payload(lead if k == 0 or as_written else None),
+            parents=(k - 1,) if k else (),
+            history=k - 1 if k and not as_written else None,
+            wait_s=(turn.delay or 0.0) / 1000,
+        )
+        for k, turn in enumerate(turns)
+    )
+    start = conv.turns[0].timestamp
+    mode = conv.mode or (default if single and len(turns) > 1 else None)
+    return SessionSpec(key, nodes, mode, None if start is None else start / 1000)
+
+
+def _hoisted(turns: list[Turn]) -> bool:
+    """A leading system turn that AIPerf sends as the system message of every request: one
+    text-only system turn before another turn that is not a system turn."""
+    return (
+        len(turns) > 1
+        and turns[0].role == "system"
+        and turns[1].role != "system"
+        and turns[0].output_length is None
+        and not turns[0].extra
+    )
