@@ -189,6 +189,37 @@ def test_text_sessions_keep_their_mode_in_a_file_with_messages():
     assert tree.nodes[1].history == 0 and tree.nodes[1].keep_reply
 
 
+def test_a_session_sets_its_own_context_mode_on_any_of_its_rows():
+    assistant = {"role": "assistant", "content": "canned"}
+    dataset = moon(
+        {"session_id": "canned", "messages": [{"role": "user", "content": "a"}]},
+        {"session_id": "canned", "messages": [assistant, {"role": "user", "content": "b"}],
+         "context_mode": "deltas_with_responses"},
+        {"session_id": "plain", "text_input": "x", "context_mode": "message_array_with_responses"},
+        {"session_id": "plain", "text_input": "y"},
+    )  # fmt: skip
+    canned, plain = dataset.specs
+    assert canned.context_mode is ContextMode.DELTAS_WITH_RESPONSES
+    assert (plain.context_mode or dataset.loader_mode) is ContextMode.MESSAGE_ARRAY_WITH_RESPONSES
+    canned_tree, plain_tree = trees(dataset)
+    # the dataset's assistant turns stand in for the live reply, which is measured, not kept
+    assert canned_tree.nodes[1].history == 0 and not canned_tree.nodes[1].keep_reply
+    assert plain_tree.nodes[1].history is None  # each turn as written
+
+
+def test_a_session_has_one_context_mode_and_never_the_refused_one():
+    assert refusals(
+        read_mooncake_trace,
+        {"session_id": "s", "text_input": "a", "context_mode": "deltas_with_responses"},
+        {"session_id": "s", "text_input": "b", "context_mode": "deltas_without_responses"},
+        {"text_input": "c", "context_mode": "message_array_without_responses"},
+    ) == [
+        f"{SOURCE}:2: context_mode: 'deltas_without_responses' differs from "
+        "'deltas_with_responses' on line 1, an earlier turn of session 's': one mode per session",
+        f"{SOURCE}:3: context_mode: {REFUSED_CONTEXT_MODE}",
+    ]
+
+
 # mooncake_trace: sessions and times
 
 

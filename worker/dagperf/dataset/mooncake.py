@@ -15,6 +15,7 @@ previous one, then `delay` ms. A turn continues its predecessor's context and li
 (`deltas_without_responses`), unless the session carries `messages`, whose turns each hold their
 whole context (`message_array_with_responses`: sent as written, nothing accumulated). That mode is
 the loader default as soon as a file has messages rows; its text sessions then say their own mode.
+Any row may set its session's `context_mode` instead (every row that does, the same one).
 Other rows are sessions of one request.
 
 A session arrives at its first row's `timestamp`. Only a session's arrival is on the schedule: a
@@ -40,7 +41,13 @@ from dagperf.dataset.content import with_roles
 from dagperf.dataset.limits import ArrivalMs, OutputTokens, PromptTokens, WaitMs
 from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.dataset.prompts import blocks_prompt, passage
-from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
+from dagperf.dataset.specs import (
+    REFUSED_CONTEXT_MODE,
+    ContextMode,
+    GraphNode,
+    Payload,
+    SessionSpec,
+)
 from dagperf.runtime.gcpause import gc_paused
 
 BLOCK_SIZE = 512  # tokens per hash id, as in the published Mooncake traces
@@ -90,6 +97,11 @@ class MooncakeRow(BaseModel):
         default=None,
         description="Milliseconds to wait after the session's previous turn finished.",
     )
+    context_mode: ContextMode | None = Field(
+        default=None,
+        description="The session's context mode, overriding the format's default; rows of one "
+        "session that give one give the same.",
+    )
 
     @field_validator("messages")
     @classmethod
@@ -111,6 +123,8 @@ def row_problems(row: MooncakeRow) -> Iterable[str]:
         yield "hash_ids: only allowed with input_length"
     if row.tools is not None and row.messages is None:
         yield "tools: only allowed with messages"
+    if row.context_mode is ContextMode.MESSAGE_ARRAY_WITHOUT_RESPONSES:
+        yield f"context_mode: {REFUSED_CONTEXT_MODE}"
 
 
 @dataclass
@@ -199,6 +213,13 @@ def _turn_problems(sid: str, turns: _Turns, row: MooncakeRow) -> Iterable[str]:
             f"{field}: session '{sid}' mixes messages rows with input_length or text_input rows "
             f"(line {first_line} {'has' if first.messages is not None else 'has no'} messages)"
         )
+    modes = {(r.context_mode, n) for n, r in turns.rows if r.context_mode is not None}
+    if row.context_mode is not None and any(mode != row.context_mode for mode, _ in modes):
+        mode, line = next(m for m in sorted(modes, key=lambda m: m[1]) if m[0] != row.context_mode)
+        yield (
+            f"context_mode: '{row.context_mode}' differs from '{mode}' on line {line}, an earlier "
+            f"turn of session '{sid}': one mode per session"
+        )
     previous_line, previous = turns.rows[-1]
     if (
         row.timestamp is not None
@@ -228,7 +249,12 @@ def _dataset(sessions: dict[str, _Turns], block_size: int, *, timed: bool) -> Tr
     )
     specs = []
     for sid, turns in sessions.items():
-        as_written = turns.rows[0][1].messages is not None
+        given = next((r.context_mode for _, r in turns.rows if r.context_mode is not None), None)
+        as_written = (
+            given is ContextMode.MESSAGE_ARRAY_WITH_RESPONSES
+            if given is not None
+            else turns.rows[0][1].messages is not None
+        )
         nodes = tuple(
             GraphNode(
                 key=str(k),
@@ -239,7 +265,7 @@ def _dataset(sessions: dict[str, _Turns], block_size: int, *, timed: bool) -> Tr
             )
             for k, (lineno, row) in enumerate(turns.rows)
         )
-        mode = (
+        mode = given or (
             ContextMode.MESSAGE_ARRAY_WITH_RESPONSES
             if as_written
             else ContextMode.DELTAS_WITHOUT_RESPONSES
