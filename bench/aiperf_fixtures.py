@@ -2,7 +2,7 @@
 
     python bench/aiperf_fixtures.py [--aiperf PATH]
 
-For each file in examples/aiperf/ (named by its type), AIPerf runs it once at concurrency 1
+For each input in examples/aiperf/ (CASES: its type and path), AIPerf runs it once at concurrency 1
 against the built-in simulator, which records every request body; the bodies, in the order
 they arrived, go to tests/aiperf_fixtures/<type>.json. Live replies in a body's history are
 replaced by a marker (the simulator's replies are not the point, and may change), so the
@@ -27,6 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 INPUTS = ROOT / "examples" / "aiperf"
 FIXTURES = ROOT / "tests" / "aiperf_fixtures"
 LIVE_REPLY = "<live reply>"
+CASES = {  # fixture name: (dataset type, input under examples/aiperf)
+    "single_turn": ("single_turn", "single_turn.jsonl"),
+    "multi_turn": ("multi_turn", "multi_turn.jsonl"),
+    "raw_payload": ("raw_payload", "raw_payload.jsonl"),
+    "raw_payload_dir": ("raw_payload", "raw_payload_dir"),
+}
 
 
 def without_replies(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -46,6 +52,8 @@ def without_replies(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def conversations_in(path: Path) -> int:
+    if path.is_dir():
+        return len(list(path.glob("*.jsonl")))
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     ids = [row.get("session_id") or i for i, row in enumerate(rows)]
     return len(set(ids))
@@ -68,22 +76,22 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as home:
             tool = AIPerf(executable, Path(home))
-            for data in sorted(INPUTS.glob("*.jsonl")):
-                kind = data.stem
+            for name, (kind, input_name) in CASES.items():
+                data = INPUTS / input_name
                 seen = len(json.loads(urllib.request.urlopen(url + "/sim/records").read()))
                 command = [
                     executable, "profile", "--input-file", str(data), "--custom-dataset-type",
                     kind, "--url", url, "--model", "m", "--endpoint-type", "chat",
                     "--tokenizer", "local/tiny-bpe", "--ui-type", "none", "--concurrency", "1",
                     "--num-conversations", str(conversations_in(data)),
-                    "--output-artifact-dir", str(Path(home) / kind),
+                    "--output-artifact-dir", str(Path(home) / name),
                 ]  # fmt: skip
                 subprocess.run(command, env=tool.env(), check=True, capture_output=True)
                 records = json.loads(urllib.request.urlopen(url + "/sim/records").read())[seen:]
-                fixture = {"aiperf": "0.13.0", "input": f"examples/aiperf/{data.name}",
+                fixture = {"aiperf": "0.13.0", "type": kind, "input": input_name,
                            "requests": without_replies(records)}  # fmt: skip
-                (FIXTURES / f"{kind}.json").write_text(json.dumps(fixture, indent=1) + "\n")
-                print(f"{kind}: {len(records)} requests")
+                (FIXTURES / f"{name}.json").write_text(json.dumps(fixture, indent=1) + "\n")
+                print(f"{name}: {len(records)} requests")
     finally:
         sim.terminate()
 

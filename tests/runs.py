@@ -11,8 +11,9 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,23 @@ def free_port() -> int:
 
 def free_address() -> str:
     return f"tcp://127.0.0.1:{free_port()}"
+
+
+@contextlib.contextmanager
+def file_server(directory: Path) -> Iterator[str]:
+    """Python's own file server on loopback, serving `directory`; yields its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+         "--directory", str(directory)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and "Serving HTTP" in server.stdout.readline()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 async def spawn(*args: str) -> asyncio.subprocess.Process:

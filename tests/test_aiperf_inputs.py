@@ -5,6 +5,7 @@ refused with FILE:LINE, all in one pass."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,20 +15,23 @@ from dagperf.dataset import DatasetError
 from dagperf.simulator import SimConfig, running_simulator
 from dagperf.sources import FILE_TYPES, load_graph
 
-from runs import finish, start_profile
+from runs import finish, spawn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from aiperf_fixtures import FIXTURES, INPUTS, without_replies
+from aiperf_fixtures import CASES, FIXTURES, INPUTS, without_replies
 
 
-@pytest.mark.parametrize("kind", ["single_turn", "multi_turn"])
-async def test_the_same_file_sends_what_aiperf_sent(kind, tmp_path):
-    fixture = json.loads((FIXTURES / f"{kind}.json").read_text())
-    lines = [json.loads(line) for line in (INPUTS / f"{kind}.jsonl").read_text().splitlines()]
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_the_same_input_sends_what_aiperf_sent(name, tmp_path):
+    fixture = json.loads((FIXTURES / f"{name}.json").read_text())
+    kind, input_name = CASES[name]
+    assert (fixture["type"], fixture["input"]) == (kind, input_name)
     async with running_simulator(SimConfig(model="m", record_bodies=True)) as sim:
-        process, directory = await start_profile(
-            sim.url, tmp_path, lines, "--custom-dataset-type", kind, "--model", "m",
-            "--concurrency", "1",
+        directory = tmp_path / "artifacts"
+        process = await spawn(
+            "profile", "--input-file", str(INPUTS / input_name), "--custom-dataset-type", kind,
+            "--url", sim.url, "--model", "m", "--concurrency", "1",
+            "--artifact-dir", str(directory), "--quiet",
         )  # fmt: skip
         run = await finish(process, directory, sim)
         assert run.returncode == 0, run.stderr
@@ -77,6 +81,32 @@ def test_multi_turn_refusals_name_the_conversation_s_line():
         "/nonexistent:4: timestamp: missing, but line 3 has one: give every conversation a "
         "timestamp or none",
     ]
+
+
+def test_raw_payload_rows_need_messages_with_roles_and_a_chat_endpoint(tmp_path):
+    found = problems_of(
+        "raw_payload",
+        '{"model": "m", "messages": [{"role": "user", "content": "fine"}]}',
+        '{"model": "m"}',
+        '{"messages": [{"content": "no role"}]}',
+        "[1, 2]",
+    )
+    assert [p.split(": ", 1)[0] for p in found] == [f"/nonexistent:{n}" for n in (2, 3, 4)]
+    assert found[0].endswith("messages: Field required")
+    assert "role" in found[1] and "expected a JSON object" in found[2]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DatasetError, match=r"a directory without \*\.jsonl files"):
+        load_graph(empty, "raw_payload")
+    with pytest.raises(DatasetError, match="a directory; only raw_payload reads one"):
+        load_graph(INPUTS / "raw_payload_dir", "dag_jsonl")
+    done = subprocess.run(
+        [sys.executable, "-m", "dagperf", "profile", "--input-file",
+         str(INPUTS / "raw_payload.jsonl"), "--custom-dataset-type", "raw_payload",
+         "--endpoint-type", "completions"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "its lines are chat request bodies" in done.stderr
 
 
 def test_timestamps_are_arrivals_and_sessions_group_rows(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runs import free_port
+from runs import file_server, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "dag_jsonl" / "example.dag.jsonl"
@@ -27,21 +27,12 @@ def dagperf(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Python's own file server on loopback, serving the example and a broken file."""
+    """The example and a broken file, served on loopback."""
     directory = tmp_path_factory.mktemp("served")
     (directory / "example.dag.jsonl").write_bytes(EXAMPLE.read_bytes())
     (directory / "broken.dag.jsonl").write_text('{"session_id": "a"}\n')
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-         "--directory", str(directory)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    assert server.stdout is not None
-    assert "Serving HTTP" in server.stdout.readline()  # listening from here on
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    server.wait(timeout=10)
+    with file_server(directory) as url:
+        yield url
 
 
 def test_a_run_from_a_url_records_it_without_its_query(served, tmp_path):

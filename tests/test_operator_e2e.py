@@ -15,10 +15,7 @@ import base64
 import contextlib
 import hashlib
 import json
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 import pytest
@@ -27,7 +24,7 @@ from dagperf.simulator import SimConfig
 
 from emulator import ROOT, operating
 from kubelet import Kubelet
-from runs import free_port, gated_simulator, read_jsonl, spawn
+from runs import file_server, free_port, gated_simulator, read_jsonl, spawn
 
 NS = "bench"
 DATASET = ROOT / "examples" / "dag_jsonl" / "three-roots.dag.jsonl"  # names no model
@@ -243,23 +240,6 @@ async def pod_names(api) -> list[str]:
 async def pod(prefix: str, api) -> dict:
     (name,) = [n for n in await pod_names(api) if n.startswith(prefix)]
     return await api.get(f"/api/v1/namespaces/{NS}/pods/{name}")
-
-
-@contextlib.contextmanager
-def file_server(directory: Path) -> Iterator[str]:
-    """Python's own file server on loopback, serving `directory`."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-         "--directory", str(directory)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    try:
-        assert server.stdout is not None and "Serving HTTP" in server.stdout.readline()
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 async def test_a_dataset_too_large_for_a_config_map_runs_from_a_claim(node):

@@ -480,3 +480,13 @@ def test_a_dataset_comes_from_exactly_one_source_and_reaches_the_scheduler_from_
     args = build_parser().parse_args(pod["containers"][0]["command"][1:])
     assert (args.input_file, args.input_sha256) == (url["url"]["url"], digest.lower())
     kubernetes_validate.validate(job, kubernetes_validate.utils.latest_version(), strict=True)
+
+
+def test_a_benchmark_takes_every_dataset_type_the_cli_reads():
+    import typing
+
+    from dagperf.sources import FILE_TYPES, SESSION_CONFIG
+    from dagperf_operator.spec import Dataset
+
+    taken = typing.get_args(Dataset.model_fields["type"].annotation)
+    assert set(taken) == {*FILE_TYPES, SESSION_CONFIG}

@@ -74,6 +74,7 @@ def test_the_outbox_batches_credits_with_armed_children_and_records_when_each_wa
     (child,) = credit.then
     assert (credit.history, child.after, child.history) == (-1, credit.id, credit.node)
     payload = d.in_flight()[0].run.tree.nodes[0].payload
-    assert credit.params == {"model": "m"} and outbox.params(payload) is outbox.params(payload)
+    assert credit.params == {"model": "m", "stream": False}
+    assert outbox.params(payload) is outbox.params(payload)
     assert outbox.issued(child.id, 0) == 123 and outbox.settle(credit.id) == 123
     assert outbox.settle(credit.id) == 0  # settled once

@@ -164,6 +164,7 @@ class Dataset(_Model):
         "timed_synthetic_session",
         "single_turn",
         "multi_turn",
+        "raw_payload",
         "session_config",
     ] = Field(
         default="dag_jsonl",

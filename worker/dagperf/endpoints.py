@@ -27,6 +27,8 @@ Message = dict[str, Any]
 
 def request_params(payload: Payload, endpoint: EndpointConfig) -> dict[str, Any]:
     """Every body field of one authored turn except the conversation."""
+    if payload.verbatim:  # raw_payload: the body as written
+        return dict(payload.extra or {})
     api = endpoint.endpoint_type
     params: dict[str, Any] = {"model": payload.model or endpoint.model}
     if api in ("chat", "completions"):  # said either way, as AIPerf does

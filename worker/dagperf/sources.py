@@ -7,6 +7,7 @@ A dataset file has a type (`--custom-dataset-type`); a synthetic workload is a s
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -31,32 +32,15 @@ def _session_graph(lines: Iterable[bytes], source: str) -> RequestGraph:
     return _compile(source, read_session_graph(lines, source), None)
 
 
-def _mooncake(lines: Iterable[bytes], source: str) -> RequestGraph:
-    from dagperf.dataset.mooncake import read_mooncake_trace
+def _trace(module: str, reader: str) -> Compile:
+    """A format whose reader returns a TraceDataset, imported when first used: the formats a
+    run does not read cost it nothing."""
 
-    trace = read_mooncake_trace(lines, source)
-    return _compile(source, trace.specs, trace.loader_mode)
+    def compile_trace(lines: Iterable[bytes], source: str) -> RequestGraph:
+        trace = getattr(importlib.import_module(module), reader)(lines, source)
+        return _compile(source, trace.specs, trace.loader_mode)
 
-
-def _timed_sessions(lines: Iterable[bytes], source: str) -> RequestGraph:
-    from dagperf.dataset.timed_sessions import read_timed_sessions
-
-    trace = read_timed_sessions(lines, source)
-    return _compile(source, trace.specs, trace.loader_mode)
-
-
-def _single_turn(lines: Iterable[bytes], source: str) -> RequestGraph:
-    from dagperf.dataset.aiperf_custom import read_single_turn
-
-    trace = read_single_turn(lines, source)
-    return _compile(source, trace.specs, trace.loader_mode)
-
-
-def _multi_turn(lines: Iterable[bytes], source: str) -> RequestGraph:
-    from dagperf.dataset.aiperf_custom import read_multi_turn
-
-    trace = read_multi_turn(lines, source)
-    return _compile(source, trace.specs, trace.loader_mode)
+    return compile_trace
 
 
 def _compile(source: str, specs: list[Any], loader_mode: Any) -> RequestGraph:
@@ -71,14 +55,24 @@ def _compile(source: str, specs: list[Any], loader_mode: Any) -> RequestGraph:
 FILE_TYPES: dict[str, Compile] = {
     "dag_jsonl": _dag_jsonl,
     "session_graph": _session_graph,
-    "mooncake_trace": _mooncake,
-    "timed_synthetic_session": _timed_sessions,
-    "single_turn": _single_turn,
-    "multi_turn": _multi_turn,
+    "mooncake_trace": _trace("dagperf.dataset.mooncake", "read_mooncake_trace"),
+    "timed_synthetic_session": _trace("dagperf.dataset.timed_sessions", "read_timed_sessions"),
+    "single_turn": _trace("dagperf.dataset.aiperf_custom", "read_single_turn"),
+    "multi_turn": _trace("dagperf.dataset.aiperf_custom", "read_multi_turn"),
+    "raw_payload": _trace("dagperf.dataset.raw_payload", "read_raw_payload"),
 }
+DIRECTORY_TYPES = ("raw_payload",)  # a directory of files, each one conversation
 
 
 def load_graph(path: str | Path, dataset_type: str, source: str | None = None) -> RequestGraph:
+    if Path(path).is_dir():
+        if dataset_type not in DIRECTORY_TYPES:
+            reason = f"a directory; only {', '.join(DIRECTORY_TYPES)} reads one"
+            raise DatasetError([Problem(source or str(path), None, reason)])
+        from dagperf.dataset.raw_payload import load_raw_payload_dir
+
+        trace = load_raw_payload_dir(Path(path))
+        return _compile(source or str(path), trace.specs, trace.loader_mode)
     return load_file(path, FILE_TYPES[dataset_type], source)
 
 

@@ -276,6 +276,9 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         "session_affinity_header": args.session_affinity_header,
         "backend_headers": args.backend_header,
     }
+    if getattr(args, "custom_dataset_type", None) == "raw_payload" and args.endpoint_type != "chat":
+        parser.error("--custom-dataset-type raw_payload: its lines are chat request bodies; "
+                     "use --endpoint-type chat")  # fmt: skip
     try:  # check the flags now, with stand-ins for what is only known once a server runs
         EndpointConfig(**(fields | {"url": args.url or "127.0.0.1", "model": args.model or "-"}))
     except ValidationError as e:

@@ -19,6 +19,7 @@ class Payload(NamedTuple):
     max_tokens: int | None = None
     tools: list[dict[str, Any]] | None = None
     extra: dict[str, Any] | None = None
+    verbatim: bool = False  # `extra` is the whole body but the messages: nothing is added
 
 
 class ContextMode(StrEnum):
