@@ -144,6 +144,7 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/aiperf/raw_payload_dir/agent-b.jsonl": ["--custom-dataset-type", "raw_payload"],
     "examples/traces/mooncake.jsonl": ["--custom-dataset-type", "mooncake_trace"],
     "examples/traces/timed_sessions.jsonl": ["--custom-dataset-type", "timed_synthetic_session"],
+    "examples/traces/request_log.csv": ["--custom-dataset-type", "request_log"],
     "examples/session_configs/linear.yaml": ["--session-config"],
     "examples/session_configs/branching.yaml": ["--session-config"],
 }

@@ -639,3 +639,50 @@ def test_an_empty_timed_sessions_file_is_refused():
     assert refusals(read_timed_sessions) == [
         f"{SOURCE}: empty file: a timed_synthetic_session file needs at least one request line"
     ]
+
+
+# request_log (Veeksha's flavour): lengths only, JSON lines or CSV
+
+
+def request_log(text: str) -> TraceDataset:
+    from dagperf.dataset.request_log import read_request_log
+
+    return read_request_log([line.encode() + b"\n" for line in text.splitlines()], SOURCE)
+
+
+def test_a_request_log_row_is_a_session_of_its_lengths_and_shared_ids_are_turns():
+    csv_log = request_log(
+        "input_length,output_length,session_id,arrival\n40,7,,0\n12,5,a,1\n8,3,a,2"
+    )
+    json_log = request_log(
+        '{"input_length": 40, "output_length": 7}\n'
+        '{"input_length": 12, "output_length": 5, "session_id": "a"}\n'
+        '{"input_length": 8, "output_length": 3, "session_id": "a", "arrival": 2}'
+    )
+    for dataset in (csv_log, json_log):
+        one, chat = trees(dataset)
+        (node,) = one.nodes
+        assert len(tokens(node)) == 40 and node.payload.max_tokens == 7
+        assert [len(tokens(n)) for n in chat.nodes] == [12, 8]
+        assert [n.payload.max_tokens for n in chat.nodes] == [5, 3]
+        assert [n.history for n in chat.nodes] == [None, 0]  # each turn continues the last
+
+
+def test_request_log_problems_name_their_lines():
+    from dagperf.dataset.request_log import read_request_log
+
+    def problems(text: str) -> list[str]:
+        return refusals(read_request_log, *text.splitlines())
+
+    assert problems("input_length,output_length\nx,5\n0,5\n5") == [
+        f"{SOURCE}:2: input_length: expected a whole number of tokens, got 'x'",
+        f"{SOURCE}:3: input_length: must be between 1 and 10,000,000, got 0",
+        f"{SOURCE}:4: output_length: required",
+    ]
+    assert problems("prompt,output_length\n5,5") == [
+        f"{SOURCE}:1: the CSV header needs input_length"
+    ]
+    assert problems('{"input_length": 5.5, "output_length": 2}\n[1]') == [
+        f"{SOURCE}:1: input_length: expected a whole number of tokens, got 5.5",
+        f"{SOURCE}:2: expected a JSON object (one request per line)",
+    ]

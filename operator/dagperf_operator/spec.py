@@ -165,6 +165,7 @@ class Dataset(_Model):
         "single_turn",
         "multi_turn",
         "raw_payload",
+        "request_log",
         "session_config",
     ] = Field(
         default="dag_jsonl",
