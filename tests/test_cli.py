@@ -145,6 +145,7 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/traces/mooncake.jsonl": ["--custom-dataset-type", "mooncake_trace"],
     "examples/traces/timed_sessions.jsonl": ["--custom-dataset-type", "timed_synthetic_session"],
     "examples/traces/request_log.csv": ["--custom-dataset-type", "request_log"],
+    "examples/traces/conversations.jsonl": ["--custom-dataset-type", "untimed_content_multi_turn"],
     "examples/session_configs/linear.yaml": ["--session-config"],
     "examples/session_configs/branching.yaml": ["--session-config"],
 }

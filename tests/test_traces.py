@@ -686,3 +686,54 @@ def test_request_log_problems_name_their_lines():
         f"{SOURCE}:1: input_length: expected a whole number of tokens, got 5.5",
         f"{SOURCE}:2: expected a JSON object (one request per line)",
     ]
+
+
+# untimed_content_multi_turn (Veeksha's flavour): recorded conversations, turn by turn
+
+
+def conversations(*rows: dict[str, Any] | str) -> TraceDataset:
+    from dagperf.dataset.conversations import read_conversations
+
+    return read_conversations(encode(*rows), SOURCE)
+
+
+def said(role: str, text: str) -> dict[str, str]:
+    return {"from": role, "value": text}
+
+
+def test_each_answered_user_message_is_a_request_with_the_recorded_history():
+    dataset = conversations(
+        {"conversations": [said("system", "S"), said("gpt", "greeting"), said("human", "q1"),
+                           said("gpt", "a one two"), said("tool", "x"), said("human", "q2"),
+                           said("gpt", "a2"), said("human", "unanswered")]},
+        {"session_id": "s", "conversations": json.dumps([said("human", "p"), said("gpt", "r")])},
+        {"session_id": "s", "conversations": [said("human", "p2"), said("gpt", "r2 r2")]},
+    )  # fmt: skip
+    assert dataset.loader_mode is ContextMode.MESSAGE_ARRAY_WITH_RESPONSES
+    first, joined = trees(dataset)
+    assert [n.payload.messages for n in first.nodes] == [
+        [{"role": "user", "content": "q1"}],
+        [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a one two"},
+         {"role": "user", "content": "q2"}],
+    ]  # fmt: skip
+    assert [n.payload.max_tokens for n in first.nodes] == [3, 1]  # the recorded reply's words
+    assert [n.history for n in first.nodes] == [None, None]  # sent as written, in order
+    assert first.nodes[1].deps == (0,)
+    assert joined.sessions[0].conversation_id == "s" and len(joined.nodes) == 2
+    assert joined.nodes[1].payload.messages[-1] == {"role": "user", "content": "p2"}
+
+
+def test_a_conversation_without_an_answered_user_message_is_refused_by_line():
+    from dagperf.dataset.conversations import read_conversations
+
+    assert refusals(
+        read_conversations,
+        {"conversations": [said("gpt", "hello"), said("human", "bye")]},
+        {"conversations": "not json"},
+        {"messages": []},
+    ) == [
+        f"{SOURCE}:1: conversations: no 'human' message answered by 'gpt'",
+        f"{SOURCE}:2: conversations: a string that is not a JSON list: Expecting value: "
+        "line 1 column 1 (char 0)",
+        f"{SOURCE}:3: conversations: required, a list of messages with 'from' and 'value'",
+    ]

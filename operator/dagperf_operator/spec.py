@@ -166,6 +166,7 @@ class Dataset(_Model):
         "multi_turn",
         "raw_payload",
         "request_log",
+        "untimed_content_multi_turn",
         "session_config",
     ] = Field(
         default="dag_jsonl",

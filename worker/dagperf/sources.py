@@ -61,6 +61,7 @@ FILE_TYPES: dict[str, Compile] = {
     "multi_turn": _trace("dagperf.dataset.aiperf_custom", "read_multi_turn"),
     "raw_payload": _trace("dagperf.dataset.raw_payload", "read_raw_payload"),
     "request_log": _trace("dagperf.dataset.request_log", "read_request_log"),
+    "untimed_content_multi_turn": _trace("dagperf.dataset.conversations", "read_conversations"),
 }
 DIRECTORY_TYPES = ("raw_payload",)  # a directory of files, each one conversation
 

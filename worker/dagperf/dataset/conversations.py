@@ -1,0 +1,115 @@
+"""Veeksha's `untimed_content_multi_turn` trace flavour: recorded conversations replayed turn by
+turn (ShareGPT, LMSYS-Chat and the like).
+
+    {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"},
+                       {"from": "human", "value": "Tell me more"}, {"from": "gpt", "value": "..."}]}
+
+One row per conversation (rows sharing a `session_id` are one conversation, in file order). The
+column, role and content keys are Veeksha's defaults: `conversations`, `from`, `value`, with
+`human` for the user and `gpt` for the assistant; the column may also hold the list as a JSON
+string (a CSV export). Each user message answered by the assistant is one request: the earlier
+messages with their recorded replies, then the user's message, sent as written
+(`message_array_with_responses`), with the recorded reply's length in words as its token limit
+(Veeksha counts with the model's tokenizer). As Veeksha does, leading messages that are not the
+user's (a system prompt, an assistant greeting), other roles between turns and a last user
+message without a reply are skipped; a conversation left with no answered user message is
+refused (Veeksha would send an empty request).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from dagperf.dataset.limits import line_problem
+from dagperf.dataset.loader import Problems, jsonl_lines
+from dagperf.dataset.mooncake import TraceDataset
+from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
+from dagperf.dataset.text import text_tokens
+from dagperf.runtime.gcpause import gc_paused
+
+COLUMN, ROLE, CONTENT, USER, ASSISTANT = "conversations", "from", "value", "human", "gpt"
+
+
+def turn_pairs(messages: list[Any]) -> Iterator[tuple[str, str]]:
+    """(user, assistant) contents of each answered user message, skipped as Veeksha skips."""
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        answer = messages[i + 1] if i + 1 < len(messages) else None
+        if _role(message) == USER and answer is not None and _role(answer) == ASSISTANT:
+            yield str(message.get(CONTENT, "")), str(answer.get(CONTENT, ""))
+            i += 2
+        else:
+            i += 1
+
+
+def _role(message: Any) -> Any:
+    return message.get(ROLE) if isinstance(message, dict) else None
+
+
+def _messages(row: dict[str, Any]) -> list[Any] | str:
+    """The row's messages, or what is wrong with them."""
+    value = row.get(COLUMN)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            return f"{COLUMN}: a string that is not a JSON list: {e}"
+    if not isinstance(value, list):
+        return f"{COLUMN}: required, a list of messages with '{ROLE}' and '{CONTENT}'"
+    return value
+
+
+def read_conversations(lines: Iterable[bytes], source: str) -> TraceDataset:
+    with gc_paused():
+        problems = Problems(source)
+        sessions: dict[str, list[tuple[str, str]]] = {}
+        seen = False
+        for lineno, raw in jsonl_lines(lines):
+            seen = True
+            row = _row(lineno, raw, problems)
+            if row is None:
+                continue
+            messages = _messages(row)
+            if isinstance(messages, str):
+                problems.add(lineno, messages)
+                continue
+            pairs = list(turn_pairs(messages))
+            if not pairs:
+                problems.add(lineno, f"{COLUMN}: no '{USER}' message answered by '{ASSISTANT}'")
+                continue
+            sid = row.get("session_id")
+            sessions.setdefault(f"line-{lineno:06d}" if sid is None else str(sid), []).extend(pairs)
+        if not seen:
+            problems.add(None, "empty file: it needs at least one conversation")
+        problems.raise_any()
+    specs = [SessionSpec(sid, _nodes(pairs)) for sid, pairs in sessions.items()]
+    return TraceDataset(specs, ContextMode.MESSAGE_ARRAY_WITH_RESPONSES, timed=False)
+
+
+def _row(lineno: int, raw: bytes, problems: Problems) -> dict[str, Any] | None:
+    if (unsafe := line_problem(raw)) is not None:
+        problems.add(lineno, unsafe)
+        return None
+    try:
+        row = json.loads(raw)
+    except ValueError as e:
+        problems.add(lineno, f"invalid JSON: {e}")
+        return None
+    if not isinstance(row, dict):
+        problems.add(lineno, "expected a JSON object (one conversation per line)")
+        return None
+    return row
+
+
+def _nodes(pairs: list[tuple[str, str]]) -> tuple[GraphNode, ...]:
+    nodes: list[GraphNode] = []
+    history: list[dict[str, str]] = []
+    for k, (user, assistant) in enumerate(pairs):
+        messages = [*history, {"role": "user", "content": user}]
+        limit = max(1, len(text_tokens(assistant)))
+        nodes.append(GraphNode(str(k), Payload(messages, max_tokens=limit), (k - 1,) if k else ()))
+        history += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    return tuple(nodes)
