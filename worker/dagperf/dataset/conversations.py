@@ -5,12 +5,12 @@ turn (ShareGPT, LMSYS-Chat and the like).
                        {"from": "human", "value": "Tell me more"}, {"from": "gpt", "value": "..."}]}
 
 One row per conversation (rows sharing a `session_id` are one conversation, in file order). The
-column, role and content keys are Veeksha's defaults: `conversations`, `from`, `value`, with
-`human` for the user and `gpt` for the assistant; the column may also hold the list as a JSON
-string (a CSV export). Each user message answered by the assistant is one request: the earlier
-messages with their recorded replies, then the user's message, sent as written
-(`message_array_with_responses`), with the recorded reply's length in words as its token limit
-(Veeksha counts with the model's tokenizer). As Veeksha does, leading messages that are not the
+column, role and content keys are Veeksha's defaults, `conversations`, `from`, `value`, with
+`human` for the user and `gpt` for the assistant, unless a Veeksha trace config names others
+(`Keys`); the column may also hold the list as a JSON string (a CSV export). Each user message
+answered by the assistant is one request: the earlier messages with their recorded replies,
+then the user's message, sent as written (`message_array_with_responses`), with the recorded
+reply's length in words as its token limit (Veeksha counts with the model's tokenizer). As Veeksha does, leading messages that are not the
 user's (a system prompt, an assistant greeting), other roles between turns and a last user
 message without a reply are skipped; a conversation left with no answered user message is
 refused (Veeksha would send an empty request).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from dagperf.dataset.limits import line_problem
@@ -29,40 +30,61 @@ from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
 from dagperf.dataset.text import text_tokens
 from dagperf.runtime.gcpause import gc_paused
 
-COLUMN, ROLE, CONTENT, USER, ASSISTANT = "conversations", "from", "value", "human", "gpt"
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Where a row keeps its messages and how they name roles; Veeksha's flavour config names
+    them conversation_column, role_key, content_key, user_role_value, assistant_role_value."""
+
+    column: str = "conversations"
+    role: str = "from"
+    content: str = "value"
+    user: str = "human"
+    assistant: str = "gpt"
 
 
-def turn_pairs(messages: list[Any]) -> Iterator[tuple[str, str]]:
+DEFAULT_KEYS = Keys()
+
+
+def turn_pairs(messages: list[Any], keys: Keys = DEFAULT_KEYS) -> Iterator[tuple[str, str]]:
     """(user, assistant) contents of each answered user message, skipped as Veeksha skips."""
     i = 0
     while i < len(messages):
         message = messages[i]
         answer = messages[i + 1] if i + 1 < len(messages) else None
-        if _role(message) == USER and answer is not None and _role(answer) == ASSISTANT:
-            yield str(message.get(CONTENT, "")), str(answer.get(CONTENT, ""))
+        if (
+            _role(message, keys) == keys.user
+            and answer is not None
+            and _role(answer, keys) == keys.assistant
+        ):
+            yield str(message.get(keys.content, "")), str(answer.get(keys.content, ""))
             i += 2
         else:
             i += 1
 
 
-def _role(message: Any) -> Any:
-    return message.get(ROLE) if isinstance(message, dict) else None
+def _role(message: Any, keys: Keys) -> Any:
+    return message.get(keys.role) if isinstance(message, dict) else None
 
 
-def _messages(row: dict[str, Any]) -> list[Any] | str:
+def _messages(row: dict[str, Any], keys: Keys) -> list[Any] | str:
     """The row's messages, or what is wrong with them."""
-    value = row.get(COLUMN)
+    value = row.get(keys.column)
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError as e:
-            return f"{COLUMN}: a string that is not a JSON list: {e}"
+            return f"{keys.column}: a string that is not a JSON list: {e}"
     if not isinstance(value, list):
-        return f"{COLUMN}: required, a list of messages with '{ROLE}' and '{CONTENT}'"
+        return (
+            f"{keys.column}: required, a list of messages with '{keys.role}' and '{keys.content}'"
+        )
     return value
 
 
-def read_conversations(lines: Iterable[bytes], source: str) -> TraceDataset:
+def read_conversations(
+    lines: Iterable[bytes], source: str, keys: Keys = DEFAULT_KEYS
+) -> TraceDataset:
     with gc_paused():
         problems = Problems(source)
         sessions: dict[str, list[tuple[str, str]]] = {}
@@ -72,13 +94,16 @@ def read_conversations(lines: Iterable[bytes], source: str) -> TraceDataset:
             row = _row(lineno, raw, problems)
             if row is None:
                 continue
-            messages = _messages(row)
+            messages = _messages(row, keys)
             if isinstance(messages, str):
                 problems.add(lineno, messages)
                 continue
-            pairs = list(turn_pairs(messages))
+            pairs = list(turn_pairs(messages, keys))
             if not pairs:
-                problems.add(lineno, f"{COLUMN}: no '{USER}' message answered by '{ASSISTANT}'")
+                problems.add(
+                    lineno,
+                    f"{keys.column}: no '{keys.user}' message answered by '{keys.assistant}'",
+                )
                 continue
             sid = row.get("session_id")
             sessions.setdefault(f"line-{lineno:06d}" if sid is None else str(sid), []).extend(pairs)
