@@ -148,6 +148,8 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/traces/conversations.jsonl": ["--custom-dataset-type", "untimed_content_multi_turn"],
     "examples/session_configs/linear.yaml": ["--session-config"],
     "examples/session_configs/branching.yaml": ["--session-config"],
+    "examples/veeksha/synthetic.yaml": ["--session-config"],
+    "examples/veeksha/trace.yaml": ["--session-config"],
 }
 
 

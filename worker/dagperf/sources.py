@@ -7,6 +7,7 @@ A dataset file has a type (`--custom-dataset-type`); a synthetic workload is a s
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -37,10 +38,13 @@ def _trace(module: str, reader: str) -> Compile:
     run does not read cost it nothing."""
 
     def compile_trace(lines: Iterable[bytes], source: str) -> RequestGraph:
-        trace = getattr(importlib.import_module(module), reader)(lines, source)
-        return _compile(source, trace.specs, trace.loader_mode)
+        return _from_trace(source, getattr(importlib.import_module(module), reader)(lines, source))
 
     return compile_trace
+
+
+def _from_trace(source: str, trace: Any) -> RequestGraph:
+    return _compile(source, trace.specs, trace.loader_mode)
 
 
 def _compile(source: str, specs: list[Any], loader_mode: Any) -> RequestGraph:
@@ -101,11 +105,19 @@ def parse_synthetic_graph(text: bytes, source: str) -> RequestGraph:
 
 def _generated(source: str, read: Callable[[], Any]) -> RequestGraph:
     from dagperf.synthetic import ConfigError, generate_sessions
+    from dagperf.synthetic.outcomes import TraceSource
 
     try:
         config = read()
     except ConfigError as e:
         raise DatasetError([Problem(e.source, None, p) for p in e.problems]) from None
+    if isinstance(config, TraceSource):  # a Veeksha trace generator: its file, by its flavour
+        if config.keys is None:
+            return load_graph(config.path, config.dataset_type)
+        from dagperf.dataset.conversations import read_conversations
+
+        read = functools.partial(read_conversations, keys=config.keys)
+        return load_file(config.path, lambda lines, src: _from_trace(src, read(lines, src)))
     return _compile(source, generate_sessions(config), None)
 
 

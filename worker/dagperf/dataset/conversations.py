@@ -10,10 +10,10 @@ column, role and content keys are Veeksha's defaults, `conversations`, `from`, `
 (`Keys`); the column may also hold the list as a JSON string (a CSV export). Each user message
 answered by the assistant is one request: the earlier messages with their recorded replies,
 then the user's message, sent as written (`message_array_with_responses`), with the recorded
-reply's length in words as its token limit (Veeksha counts with the model's tokenizer). As Veeksha does, leading messages that are not the
-user's (a system prompt, an assistant greeting), other roles between turns and a last user
-message without a reply are skipped; a conversation left with no answered user message is
-refused (Veeksha would send an empty request).
+reply's length in words as its token limit (Veeksha counts with the model's tokenizer). As
+Veeksha does, leading messages that are not the user's (a system prompt, an assistant greeting),
+other roles between turns and a last user message without a reply are skipped; a conversation
+left with no answered user message is refused (Veeksha would send an empty request).
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ turns it into `SessionSpec`s for `dagperf.graph.sessions.compile_sessions`. Laye
 
 from dagperf.synthetic.config import (
     BranchingGraph,
-    ConfigError,
     LinearGraph,
     PromptConfig,
     SessionConfig,
@@ -18,6 +17,7 @@ from dagperf.synthetic.config import (
     read_session_config,
 )
 from dagperf.synthetic.generate import generate_sessions
+from dagperf.synthetic.outcomes import ConfigError
 
 __all__ = [
     "BranchingGraph",

@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dagperf.dataset.specs import REFUSED_CONTEXT_MODE, ContextMode
 from dagperf.synthetic.distributions import Count, Duration, Fixed
+from dagperf.synthetic.outcomes import ConfigError, TraceSource
+from dagperf.synthetic.veeksha import from_veeksha, is_veeksha
 
 
 class _Model(BaseModel):
@@ -118,28 +120,23 @@ class SessionConfig(_Model):
         return mode
 
 
-class ConfigError(Exception):
-    """A session config that cannot be used; the message is for the user, one problem a line."""
-
-    def __init__(self, source: str, problems: list[str]):
-        self.source = source
-        self.problems = problems
-        super().__init__("\n".join(f"{source}: {problem}" for problem in problems))
-
-
-def load_session_config(path: str | Path) -> SessionConfig:
-    """Read and validate a YAML or JSON session config file."""
+def load_session_config(path: str | Path) -> SessionConfig | TraceSource:
+    """Read and validate a YAML or JSON session config file (or a Veeksha config, whose trace
+    file, if it names one, is looked for beside it too)."""
     source = str(path)
     try:
         text = Path(path).read_text("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ConfigError(source, [f"cannot read the session config: {reason}"]) from None
-    return read_session_config(text, source)
+    return read_session_config(text, source, Path(path).parent)
 
 
-def read_session_config(text: str | bytes, source: str) -> SessionConfig:
-    """Validate a YAML or JSON session config held in memory (a ConfigMap's key, say)."""
+def read_session_config(
+    text: str | bytes, source: str, base: Path | None = None
+) -> SessionConfig | TraceSource:
+    """Validate a YAML or JSON session config held in memory (a ConfigMap's key, say); a
+    Veeksha config's `session_generator` is read as Veeksha writes it (`veeksha`)."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -151,6 +148,10 @@ def read_session_config(text: str | bytes, source: str) -> SessionConfig:
         raise ConfigError(source, [_yaml_problem(e)]) from None
     except yaml.YAMLError as e:
         raise ConfigError(source, [f"invalid YAML: {e}"]) from None
+    if is_veeksha(data):
+        data = from_veeksha(data, source, base)
+        if isinstance(data, TraceSource):
+            return data
     return parse_session_config(data, source)
 
 

@@ -1,0 +1,112 @@
+"""Veeksha benchmark configs taken as is by --session-config: the synthetic generator becomes the
+same sessions as dagperf's own config says, trace generators read their file by flavour, and
+what dagperf cannot do is refused with its path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dagperf.dataset import DatasetError
+from dagperf.sources import synthetic_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def graph_of(tmp_path: Path, config: dict, name: str = "c.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config))
+    return synthetic_graph(path)
+
+
+def shape(graph) -> list[list[tuple]]:
+    """What each tree sends: per node, its messages, token limit, history and wait."""
+    return [
+        [(n.payload.messages, n.payload.max_tokens, n.history, n.delay_s) for n in tree.nodes]
+        for tree in graph.trees
+    ]
+
+
+LINEAR = {"type": "linear", "num_request_generator": {"type": "uniform", "min": 1, "max": 3},
+          "inherit_history": True}  # fmt: skip
+
+
+def test_a_synthetic_generator_sends_what_dagperf_s_own_config_says(tmp_path):
+    veeksha = {
+        "seed": 3, "runtime": {"max_sessions": 5}, "client": {"type": "openai_chat_completions"},
+        "session_generator": {
+            "type": "synthetic", "session_graph": LINEAR,
+            "channels": [{"type": "text", "shared_prefix_ratio": 0.5,
+                          "body_length_generator": {"type": "fixed", "value": 40}}],
+            "output_spec": {"text": {"output_length_generator": {"type": "fixed", "value": 9}}},
+        },
+    }  # fmt: skip
+    own = {"seed": 3, "num_sessions": 5, "session_graph": LINEAR,
+           "prompt": {"input_length": {"type": "fixed", "value": 40}, "shared_prefix_ratio": 0.5,
+                      "output_length": {"type": "fixed", "value": 9}}}  # fmt: skip
+    assert shape(graph_of(tmp_path, veeksha, "v.yaml")) == shape(graph_of(tmp_path, own))
+
+
+def test_lengths_veeksha_leaves_out_are_veeksha_s_defaults(tmp_path):
+    graph = graph_of(
+        tmp_path,
+        {"session_generator": {"type": "synthetic", "session_graph": {"type": "single_request"}}},
+    )
+    limits = {n.payload.max_tokens for tree in graph.trees for n in tree.nodes}
+    assert limits <= set(range(6, 13)) and len(limits) > 1  # uniform 6 to 12
+    assert graph.root_count == 100  # dagperf's number of sessions when runtime sets none
+
+
+def test_trace_generators_read_their_file_by_flavour(tmp_path):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "log.csv").write_text("input_length,output_length\n30,5\n12,4\n")
+    log = {"type": "trace", "trace_file": "traces/log.csv", "flavor": {"type": "request_log"}}
+    graph = graph_of(tmp_path, {"session_generator": log})
+    assert [[n.payload.max_tokens for n in t.nodes] for t in graph.trees] == [[5], [4]]
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a b"}]
+    (tmp_path / "chats.jsonl").write_text(json.dumps({"dialog": chat}) + "\n")
+    flavor = {"type": "untimed_content_multi_turn", "conversation_column": "dialog",
+              "role_key": "role", "content_key": "content", "user_role_value": "user",
+              "assistant_role_value": "assistant"}  # fmt: skip
+    graph = graph_of(tmp_path, {"session_generator": {
+        "type": "trace", "trace_file": "chats.jsonl", "flavor": flavor}})  # fmt: skip
+    (node,) = graph.trees[0].nodes
+    assert node.payload.messages == [{"role": "user", "content": "q"}]
+    assert node.payload.max_tokens == 2
+
+
+def test_the_examples_load():
+    for name in ("synthetic.yaml", "trace.yaml"):
+        assert synthetic_graph(ROOT / "examples" / "veeksha" / name).request_count > 0
+
+
+@pytest.mark.parametrize(
+    ("generator", "said"),
+    [
+        ({"type": "lmeval", "tasks": ["hellaswag"]}, "session_generator.type: lmeval is not "
+         "supported yet"),
+        ({"type": "synthetic", "session_graph": LINEAR, "channels": [{"type": "image"}]},
+         "session_generator.channels[0].type: only text is supported"),
+        ({"type": "synthetic", "session_graph": LINEAR,
+          "channels": [{"type": "text", "shared_prefix_probability": 0.5}]},
+         "session_generator.channels[0].shared_prefix_probability: only 1.0"),
+        ({"type": "synthetic"}, "session_generator.session_graph: required"),
+        ({"type": "trace", "trace_file": "x.jsonl", "flavor": {"type": "rag"}},
+         "session_generator.flavor.type: 'rag' is not supported"),
+        ({"type": "trace"}, "session_generator.trace_file: required"),
+        ({"type": "synthetic", "session_graph": LINEAR, "channelz": []},
+         "session_generator.channelz: unknown field"),
+    ],
+)  # fmt: skip
+def test_what_dagperf_cannot_do_is_refused_with_its_path(tmp_path, generator, said):
+    with pytest.raises(DatasetError) as caught:
+        graph_of(tmp_path, {"session_generator": generator})
+    assert said in str(caught.value)
+
+
+def test_a_key_veeksha_does_not_have_is_unknown(tmp_path):
+    with pytest.raises(DatasetError, match="trafic_scheduler: unknown field"):
+        graph_of(tmp_path, {"trafic_scheduler": {}, "session_generator": {"type": "synthetic"}})

@@ -1,0 +1,28 @@
+"""What reading a session config can end in besides a config: a problem (`ConfigError`), or a
+Veeksha trace generator's file to read as a dataset (`TraceSource`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dagperf.dataset.conversations import Keys
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSource:
+    """What a Veeksha trace generator names: a file to read as a dataset type (`keys`: the
+    message keys of an untimed_content_multi_turn flavour)."""
+
+    path: Path
+    dataset_type: str
+    keys: Keys | None = None
+
+
+class ConfigError(Exception):
+    """A session config that cannot be used; the message is for the user, one problem a line."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {problem}" for problem in problems))

@@ -1,0 +1,146 @@
+"""A Veeksha benchmark config, taken as is by `--session-config`: its `session_generator`.
+
+    seed: 42
+    session_generator:
+      type: synthetic                  # or: trace
+      session_graph: {type: linear, num_request_generator: {type: uniform, min: 2, max: 6}}
+      channels: [{type: text, body_length_generator: {type: uniform, min: 64, max: 512}}]
+      output_spec: {text: {output_length_generator: {type: fixed, value: 128}}}
+    runtime: {max_sessions: 200}
+
+`synthetic` becomes dagperf's own session config: the session graph as written (the same
+generators), the text channel's body length as each prompt's length and its shared-prefix ratio,
+the text output length as each request's token limit; a length Veeksha would default is given
+Veeksha's default (uniform 6 to 12 tokens), the seed Veeksha's (42). `trace` reads `trace_file`
+with its `flavor` as a dataset type: timed_synthetic_session, request_log and
+untimed_content_multi_turn (with its keys); `wrap_mode` is dagperf's default (roots run again
+while a stop condition wants more). `runtime.max_sessions` is the number of sessions.
+
+What dagperf takes from its own flags (traffic_scheduler, client, server, evaluators, ...) is
+named in a warning and left out. What dagperf cannot do yet is refused with its path: other
+channels than text, a shared-prefix probability below 1, the lmeval generator, other flavours.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from dagperf.dataset.conversations import Keys
+from dagperf.synthetic.outcomes import ConfigError, TraceSource
+
+log = logging.getLogger("dagperf")
+
+FLAG_SECTIONS = frozenset({
+    "output_dir", "traffic_scheduler", "evaluators", "client", "server", "trace_recorder",
+    "wandb", "mode", "metrics", "dashboard",
+})  # fmt: skip
+OWN_SECTIONS = frozenset({"seed", "session_generator", "runtime"})
+VEEKSHA_LENGTH = {"type": "uniform", "min": 6, "max": 12}  # Veeksha's default length generator
+CHANNEL_FIELDS = {
+    "type", "body_length_generator", "shared_prefix_ratio", "shared_prefix_probability"
+}  # fmt: skip
+FLAVORS = ("timed_synthetic_session", "request_log", "untimed_content_multi_turn")
+KEY_FIELDS = {"conversation_column": "column", "role_key": "role", "content_key": "content",
+              "user_role_value": "user", "assistant_role_value": "assistant"}  # fmt: skip
+
+
+def is_veeksha(data: Any) -> bool:
+    return isinstance(data, dict) and "session_generator" in data
+
+
+def from_veeksha(
+    data: dict[str, Any], source: str, base: Path | None
+) -> dict[str, Any] | TraceSource:
+    """dagperf's session config for a Veeksha config, or the trace it names."""
+    unknown = sorted(set(data) - FLAG_SECTIONS - OWN_SECTIONS)
+    if unknown:
+        raise ConfigError(source, [f"{key}: unknown field" for key in unknown])
+    if ignored := sorted(set(data) & FLAG_SECTIONS):
+        log.warning("%s: %s left out: dagperf takes them from its flags (--url, --concurrency, "
+                    "--request-rate, ...)", source, ", ".join(ignored))  # fmt: skip
+    generator = _mapping(data["session_generator"], "session_generator", source)
+    kind = generator.get("type")
+    if kind == "synthetic":
+        return _synthetic(generator, data, source)
+    if kind == "trace":
+        return _trace(generator, source, base)
+    if kind == "lmeval":
+        raise ConfigError(source, ["session_generator.type: lmeval is not supported yet"])
+    raise ConfigError(source, [f"session_generator.type: unknown type {kind!r}: expected one of "
+                               "synthetic, trace, lmeval"])  # fmt: skip
+
+
+def _mapping(value: Any, path: str, source: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(source, [f"{path}: expected a mapping"])
+    return value
+
+
+def _only(mapping: dict[str, Any], allowed: set[str], path: str, source: str) -> None:
+    if unknown := sorted(set(mapping) - allowed):
+        raise ConfigError(source, [f"{path}.{key}: unknown field" for key in unknown])
+
+
+def _synthetic(gen: dict[str, Any], data: dict[str, Any], source: str) -> dict[str, Any]:
+    _only(gen, {"type", "session_graph", "channels", "output_spec"}, "session_generator", source)
+    prompt: dict[str, Any] = {"input_length": VEEKSHA_LENGTH, "output_length": VEEKSHA_LENGTH}
+    channels = gen.get("channels", [{"type": "text"}])
+    if not isinstance(channels, list) or not channels:
+        raise ConfigError(source, ["session_generator.channels: expected a list of channels"])
+    for i, channel in enumerate(channels):
+        path = f"session_generator.channels[{i}]"
+        channel = _mapping(channel, path, source)
+        if channel.get("type") != "text":
+            raise ConfigError(source, [f"{path}.type: only text is supported"])
+        fields = {
+            "type",
+            "body_length_generator",
+            "shared_prefix_ratio",
+            "shared_prefix_probability",
+        }
+        _only(channel, fields, path, source)
+        if channel.get("shared_prefix_probability", 1.0) != 1.0:
+            raise ConfigError(source, [f"{path}.shared_prefix_probability: only 1.0 (every root "
+                                       "shares the prefix) is supported"])  # fmt: skip
+        prompt["input_length"] = channel.get("body_length_generator", VEEKSHA_LENGTH)
+        if "shared_prefix_ratio" in channel:
+            prompt["shared_prefix_ratio"] = channel["shared_prefix_ratio"]
+    output = _mapping(gen.get("output_spec", {}), "session_generator.output_spec", source)
+    _only(output, {"text"}, "session_generator.output_spec", source)
+    text = _mapping(output.get("text") or {}, "session_generator.output_spec.text", source)
+    _only(text, {"output_length_generator"}, "session_generator.output_spec.text", source)
+    prompt["output_length"] = text.get("output_length_generator", VEEKSHA_LENGTH)
+    if "session_graph" not in gen:
+        raise ConfigError(source, ["session_generator.session_graph: required"])
+    out = {"seed": data.get("seed", 42), "session_graph": gen["session_graph"], "prompt": prompt}
+    runtime = _mapping(data.get("runtime", {}), "runtime", source)
+    if runtime.get("max_sessions") not in (None, -1):
+        out["num_sessions"] = runtime["max_sessions"]
+    return out
+
+
+def _trace(gen: dict[str, Any], source: str, base: Path | None) -> TraceSource:
+    _only(gen, {"type", "trace_file", "flavor", "wrap_mode"}, "session_generator", source)
+    flavor = _mapping(gen.get("flavor", {"type": "timed_synthetic_session"}),
+                      "session_generator.flavor", source)  # fmt: skip
+    kind = flavor.get("type")
+    if kind not in FLAVORS:
+        raise ConfigError(source, [f"session_generator.flavor.type: {kind!r} is not supported; "
+                                   f"dagperf reads {', '.join(FLAVORS)}"])  # fmt: skip
+    keys = None
+    if kind == "untimed_content_multi_turn":
+        _only(flavor, {"type", *KEY_FIELDS}, "session_generator.flavor", source)
+        keys = Keys(**{KEY_FIELDS[k]: str(v) for k, v in flavor.items() if k in KEY_FIELDS})
+    else:  # dagperf's own corpus stands in for a corpus_file
+        _only(flavor, {"type", "corpus_file", "page_size"}, "session_generator.flavor", source)
+    name = gen.get("trace_file")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(source, ["session_generator.trace_file: required"])
+    path = Path(name)
+    if not path.is_absolute() and not path.exists() and base is not None:
+        path = (
+            base / path
+        )  # as Veeksha reads it (from the working directory), else beside the config
+    return TraceSource(path, kind, keys)
