@@ -50,3 +50,19 @@ def test_poisson_arrivals_are_seeded_and_a_closed_loop_has_none():
     assert gaps == [b.after(0.0) for _ in range(200)]
     assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.25)
     assert not Arrivals(graph, LoadConfig(concurrency=2)).on
+
+
+@pytest.mark.parametrize("cv", [0.25, 1.0, 3.0])
+def test_gamma_arrivals_keep_the_rate_and_take_the_spread_asked(cv):
+    arrivals = Arrivals(graph_with_starts(0.0), LoadConfig(request_rate=10, arrival_cv=cv,
+                                                           random_seed=3))  # fmt: skip
+    gaps = [arrivals.after(0.0) for _ in range(20_000)]
+    mean = sum(gaps) / len(gaps)
+    spread = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
+    assert mean == pytest.approx(0.1, rel=0.05)
+    assert spread / mean == pytest.approx(cv, rel=0.1)
+
+
+def test_an_arrival_spread_needs_a_rate():
+    with pytest.raises(ValueError, match="--arrival-cv shapes the gaps of --request-rate"):
+        LoadConfig(concurrency=2, arrival_cv=2.0)

@@ -441,6 +441,17 @@ def test_too_few_arrivals_skip_the_rate_check_with_the_figure(tmp_path):
     assert relaxed.check(RATE).status is Status.PASS
 
 
+def test_burstier_arrivals_need_more_of_them_for_a_verdict(tmp_path):
+    """Gamma gaps with cv 2 make the measured rate four times as noisy: 1,000 arrivals decide
+    a Poisson run but not this one, which needs 3,600."""
+    run = good_run(roots=1000, rate=70.0)
+    assert check(tmp_path, run, request_rate=100.0).check(RATE).status is Status.FAIL
+    bursty = check(tmp_path, run, request_rate=100.0, arrival_cv=2.0).check(RATE)
+    assert bursty.status is Status.SKIPPED
+    assert bursty.details["arrivals_needed"] == 3600
+    assert "the noise of gaps with cv 2 needs 3600 arrivals" in bursty.summary
+
+
 def test_not_a_rate_run_skips_the_rate_check(tmp_path):
     result = check(tmp_path, good_run(roots=3)).check(RATE)
     assert result.status is Status.SKIPPED

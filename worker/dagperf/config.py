@@ -43,6 +43,15 @@ class LoadConfig(BaseModel):
         "--session-rate: the rate counts sessions, which for single-request sessions are "
         "requests).",
     )
+    arrival_cv: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        allow_inf_nan=False,
+        description="With --request-rate: the coefficient of variation of the gaps between "
+        "roots, drawn from a gamma distribution (Veeksha's gamma intervals): 1 is Poisson, "
+        "below 1 steadier, above 1 burstier. Default: Poisson.",
+    )
     fixed_schedule: bool | None = Field(
         default=None,
         description="Start each root at its own timestamp (a trace's), relative to the first, "
@@ -91,6 +100,8 @@ class LoadConfig(BaseModel):
     def _one_arrival_process(self) -> LoadConfig:
         if self.fixed_schedule and self.request_rate:
             raise ValueError("--fixed-schedule and --request-rate both set when roots arrive")
+        if self.arrival_cv is not None and not self.request_rate:
+            raise ValueError("--arrival-cv shapes the gaps of --request-rate; give a rate too")
         return self
 
 

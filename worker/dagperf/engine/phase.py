@@ -106,14 +106,16 @@ class PhasePlan:
 
 
 class Arrivals:
-    """When roots arrive: Poisson at `request_rate`, or on the trees' fixed schedule, which
-    starts over past the last tree (never earlier than the arrival before)."""
+    """When roots arrive: Poisson at `request_rate` (gamma gaps of the same mean when
+    `arrival_cv` is set: shape 1/cv^2), or on the trees' fixed schedule, which starts over past
+    the last tree (never earlier than the arrival before)."""
 
     def __init__(self, graph: RequestGraph, load: LoadConfig):
         if load.fixed_schedule and any(tree.start_s is None for tree in graph.trees):
             raise ValueError("a fixed schedule needs a start time on every tree")
         self._starts = [tree.start_s or 0.0 for tree in graph.trees]
         self._rate = load.request_rate
+        self._shape = None if load.arrival_cv is None else 1 / load.arrival_cv**2
         self._fixed = load.fixed_schedule
         self._rng = random.Random(load.random_seed)
         self._first = self._count = 0
@@ -131,7 +133,9 @@ class Arrivals:
         """When the next root arrives, given that one arrived at `due`."""
         if not self._fixed:
             assert self._rate is not None
-            return due + self._rng.expovariate(self._rate)
+            if self._shape is None:
+                return due + self._rng.expovariate(self._rate)
+            return due + self._rng.gammavariate(self._shape, 1 / (self._rate * self._shape))
         self._count += 1
         starts, first = self._starts, self._first
         return max(due, self._t0 + starts[(first + self._count) % len(starts)] - starts[first])

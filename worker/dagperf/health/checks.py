@@ -83,6 +83,7 @@ class Load(msgspec.Struct):
 
     concurrency: int | None = None
     request_rate: float | None = None
+    arrival_cv: float | None = None  # gaps' coefficient of variation; None: Poisson (1)
     fixed_schedule: bool = False
     max_inflight: int | None = None
 
@@ -348,7 +349,8 @@ class Roots:
             )
         self._close_all()
         n = len(self._starts)
-        needed = math.ceil((3 / tolerance) ** 2)
+        cv = load.arrival_cv or 1.0  # the measured rate's relative noise is cv / sqrt(n)
+        needed = math.ceil((3 * cv / tolerance) ** 2)
         details: dict[str, Any] = {
             "target_per_s": target,
             "arrivals": n,
@@ -370,10 +372,9 @@ class Roots:
             "window_s": round(window_ns / 1e9, 6),
         }
         figure = f"{measured:.4g}/s against {target:g}/s ({error:+.1%}) from {n} arrivals"
-        if 3 / math.sqrt(n) > tolerance:
-            summary = (
-                f"{figure}: Poisson noise needs {needed} arrivals for a {tolerance:.0%} verdict"
-            )
+        if 3 * cv / math.sqrt(n) > tolerance:
+            noise = "Poisson noise" if cv == 1.0 else f"the noise of gaps with cv {cv:g}"
+            summary = f"{figure}: {noise} needs {needed} arrivals for a {tolerance:.0%} verdict"
             return CheckResult(name=RATE, status=Status.SKIPPED, summary=summary, details=details)
         passed = abs(error) <= tolerance
         summary = f"{figure}, tolerance {tolerance:.0%}"
