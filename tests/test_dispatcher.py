@@ -246,6 +246,21 @@ def test_concurrency_slot_frees_when_the_roots_last_turn_returns():
     assert h.log == ["r1:0", "c1:0", "r2:0", "c1:1"]
 
 
+def test_a_ramp_up_opens_one_more_slot_at_each_even_step_until_all():
+    # 4 slots over 3 s: one at the start, then one more each second
+    h = Harness(*[conv(f"r{i}") for i in range(6)], concurrency=4, concurrency_ramp_up=3.0,
+                num_conversations=6)  # fmt: skip
+    assert h.sent() == ["r0:0"]
+    assert h.advance(0.99) == []
+    assert h.advance(0.01) == ["r1:0"]
+    assert h.d.next_deadline() == pytest.approx(h.clock.now + 1.0)
+    assert h.advance(1.0) == ["r2:0"]
+    assert h.advance(1.0) == ["r3:0"]
+    assert h.d.next_deadline() is None  # all four slots open: no more steps
+    assert h.advance(5.0) == []  # four in flight: the fifth waits for a slot
+    assert h.finish("r0:0") == ["r4:0"]
+
+
 def test_max_inflight_caps_everything_in_flight():
     lines = [conv("r", turn(forks=[f"c{i}" for i in range(5)]))] + [conv(f"c{i}") for i in range(5)]
     h = Harness(*lines, max_inflight=2)

@@ -34,6 +34,14 @@ class LoadConfig(BaseModel):
         description="Root conversations in flight at once; children run in their root's slot, "
         "which frees when the root's last turn returns.",
     )
+    concurrency_ramp_up: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Seconds to grow --concurrency from 1 root to all of them, evenly, from the "
+        "start of each phase (Veeksha's rampup_seconds).",
+    )
     request_rate: float | None = Field(
         default=None,
         gt=0,
@@ -100,6 +108,8 @@ class LoadConfig(BaseModel):
     def _one_arrival_process(self) -> LoadConfig:
         if self.fixed_schedule and self.request_rate:
             raise ValueError("--fixed-schedule and --request-rate both set when roots arrive")
+        if self.concurrency_ramp_up is not None and not self.concurrency:
+            raise ValueError("--concurrency-ramp-up grows --concurrency; give a concurrency too")
         if self.arrival_cv is not None and not self.request_rate:
             raise ValueError("--arrival-cv shapes the gaps of --request-rate; give a rate too")
         return self

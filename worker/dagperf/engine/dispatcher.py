@@ -20,9 +20,10 @@ session uses the worker pinned to its route session, picked by rendezvous hash t
 and BranchStats.
 
 Load (`phase`): `concurrency` root slots (a slot frees when the root's last turn ends; children
-run in it), Poisson root arrivals at `request_rate`, or each root at its tree's `start_s`
-(`fixed_schedule`, relative to the first root of the phase); either optionally capped by
-`concurrency`.
+run in it; with `concurrency_ramp_up`, from one slot at the phase's start to all of them after
+that many seconds, one more at each even step), Poisson root arrivals at `request_rate`, or each
+root at its tree's `start_s` (`fixed_schedule`, relative to the first root of the phase); either
+optionally capped by `concurrency`.
 
 Stops: a literal cap on sent requests, a number of roots, a duration or a stop request (then a
 grace period for what is in flight, then cancellation), an interrupt, or --fail-fast on a child
@@ -47,7 +48,7 @@ from dagperf.engine.runs import NodeState, TreeRun, TreeTemplate
 from dagperf.engine.timers import Timers
 from dagperf.graph import RequestGraph
 
-_DUE, _ARRIVAL, _DURATION, _GRACE = range(4)
+_DUE, _ARRIVAL, _DURATION, _GRACE, _RAMP = range(5)
 
 
 class Dispatcher:
@@ -66,6 +67,7 @@ class Dispatcher:
         self._templates = [TreeTemplate(tree) for tree in graph.trees]
         self._arrivals = Arrivals(graph, load)
         self._concurrency = load.concurrency or (None if self._arrivals.on else 1)
+        self._slots = self._concurrency  # fewer while a ramp-up grows them
         self.router = RendezvousRouter()
         self._flights = Flights(self.router, new_id)
         self._run_ids = 0
@@ -139,6 +141,10 @@ class Dispatcher:
                 self._at(now + self._load.benchmark_grace_period, _GRACE)
             elif kind == _GRACE:
                 self._cancel_everything()
+            elif kind == _RAMP and self._slots is not None and self._concurrency is not None:
+                self._slots = min(self._slots + 1, self._concurrency)
+                if self._slots < self._concurrency:
+                    self._at(due + self._ramp_step(), _RAMP)
         self._advance()
 
     def interrupt(self, reason: str) -> None:
@@ -215,6 +221,9 @@ class Dispatcher:
 
     def _arm_phase(self) -> None:
         now = self._clock()
+        if self._load.concurrency_ramp_up and self._concurrency and self._concurrency > 1:
+            self._slots = 1
+            self._at(now + self._ramp_step(), _RAMP)
         if self._p.phase is Phase.PROFILING and self._load.benchmark_duration:
             self._at(now + self._load.benchmark_duration, _DURATION)
         if self._arrivals.on:
@@ -269,7 +278,7 @@ class Dispatcher:
     # --- roots and sending ------------------------------------------------------------------
 
     def _start_roots(self) -> None:
-        while not self._closed and self._p.admit(self._concurrency, self._arrivals.on):
+        while not self._closed and self._p.admit(self._slots, self._arrivals.on):
             index = self._next_tree
             self._next_tree = (index + 1) % len(self._templates)
             self._run_ids += 1
@@ -347,6 +356,11 @@ class Dispatcher:
             parent_nodes = run.tree.sessions[parent]
             run.suspended -= set(range(parent_nodes.first_node, parent_nodes.last_node + 1))
         self._fail(f"--fail-fast: child {where} failed; cancelling the run")
+
+    def _ramp_step(self) -> float:
+        """Seconds between one more slot and the next, during a ramp-up."""
+        assert self._load.concurrency_ramp_up is not None and self._concurrency is not None
+        return self._load.concurrency_ramp_up / (self._concurrency - 1)
 
     def _at(self, due: float, kind: int, run: TreeRun | None = None, node: int = -1) -> None:
         self._timers.at(due, kind, run, node)
