@@ -42,7 +42,7 @@ from collections.abc import Callable, Collection
 
 from dagperf.config import LoadConfig
 from dagperf.engine.flights import Flight, Flights, armed_under, settle_armed
-from dagperf.engine.phase import Arrivals, Phase, PhasePlan, Progress
+from dagperf.engine.phase import Arrivals, Phase, PhasePlan, Progress, Slots
 from dagperf.engine.routing import RendezvousRouter
 from dagperf.engine.runs import NodeState, TreeRun, TreeTemplate
 from dagperf.engine.timers import Timers
@@ -66,8 +66,8 @@ class Dispatcher:
         self._clock = clock
         self._templates = [TreeTemplate(tree) for tree in graph.trees]
         self._arrivals = Arrivals(graph, load)
-        self._concurrency = load.concurrency or (None if self._arrivals.on else 1)
-        self._slots = self._concurrency  # fewer while a ramp-up grows them
+        concurrency = load.concurrency or (None if self._arrivals.on else 1)
+        self._slots = Slots(concurrency, load.concurrency_ramp_up)
         self.router = RendezvousRouter()
         self._flights = Flights(self.router, new_id)
         self._run_ids = 0
@@ -141,10 +141,8 @@ class Dispatcher:
                 self._at(now + self._load.benchmark_grace_period, _GRACE)
             elif kind == _GRACE:
                 self._cancel_everything()
-            elif kind == _RAMP and self._slots is not None and self._concurrency is not None:
-                self._slots = min(self._slots + 1, self._concurrency)
-                if self._slots < self._concurrency:
-                    self._at(due + self._ramp_step(), _RAMP)
+            elif kind == _RAMP and (step := self._slots.grow(due)) is not None:
+                self._at(step, _RAMP)
         self._advance()
 
     def interrupt(self, reason: str) -> None:
@@ -221,9 +219,8 @@ class Dispatcher:
 
     def _arm_phase(self) -> None:
         now = self._clock()
-        if self._load.concurrency_ramp_up and self._concurrency and self._concurrency > 1:
-            self._slots = 1
-            self._at(now + self._ramp_step(), _RAMP)
+        if (step := self._slots.begin(now)) is not None:
+            self._at(step, _RAMP)
         if self._p.phase is Phase.PROFILING and self._load.benchmark_duration:
             self._at(now + self._load.benchmark_duration, _DURATION)
         if self._arrivals.on:
@@ -278,7 +275,7 @@ class Dispatcher:
     # --- roots and sending ------------------------------------------------------------------
 
     def _start_roots(self) -> None:
-        while not self._closed and self._p.admit(self._slots, self._arrivals.on):
+        while not self._closed and self._p.admit(self._slots.limit, self._arrivals.on):
             index = self._next_tree
             self._next_tree = (index + 1) % len(self._templates)
             self._run_ids += 1
@@ -346,21 +343,9 @@ class Dispatcher:
             self._retired.append(run)
 
     def _fail_fast(self, run: TreeRun, s: int, i: int) -> None:
-        if self.failure is not None or not self._load.fail_fast:
-            return
-        session = run.tree.sessions[s]
-        where = f"'{session.conversation_id}' turn {i - session.first_node}"
-        parent = session.parent
-        self.branch_stats.parents_failed_due_to_child_error += 1
-        if parent is not None:  # its join will never fire: failed, not suppressed
-            parent_nodes = run.tree.sessions[parent]
-            run.suspended -= set(range(parent_nodes.first_node, parent_nodes.last_node + 1))
-        self._fail(f"--fail-fast: child {where} failed; cancelling the run")
-
-    def _ramp_step(self) -> float:
-        """Seconds between one more slot and the next, during a ramp-up."""
-        assert self._load.concurrency_ramp_up is not None and self._concurrency is not None
-        return self._load.concurrency_ramp_up / (self._concurrency - 1)
+        if self.failure is None and self._load.fail_fast:
+            where = run.fail_child(s, i, self.branch_stats)
+            self._fail(f"--fail-fast: child {where} failed; cancelling the run")
 
     def _at(self, due: float, kind: int, run: TreeRun | None = None, node: int = -1) -> None:
         self._timers.at(due, kind, run, node)

@@ -139,3 +139,28 @@ class Arrivals:
         self._count += 1
         starts, first = self._starts, self._first
         return max(due, self._t0 + starts[(first + self._count) % len(starts)] - starts[first])
+
+
+class Slots:
+    """How many roots may run at once: `concurrency`, or with `concurrency_ramp_up` one at a
+    phase's start and one more at each even step until all (None: no limit)."""
+
+    def __init__(self, concurrency: int | None, ramp_up_s: float | None):
+        self.full = concurrency
+        self.limit = concurrency
+        self._step: float | None = None
+        if ramp_up_s is not None and concurrency is not None and concurrency > 1:
+            self._step = ramp_up_s / (concurrency - 1)
+
+    def begin(self, now: float) -> float | None:
+        """A phase starts: when the next slot opens, if any is held back."""
+        if self._step is None:
+            return None
+        self.limit = 1
+        return now + self._step
+
+    def grow(self, due: float) -> float | None:
+        """One more slot opens at `due`: when the next one does, if any is left."""
+        assert self._step is not None and self.limit is not None and self.full is not None
+        self.limit = min(self.limit + 1, self.full)
+        return due + self._step if self.limit < self.full else None

@@ -145,6 +145,16 @@ class TreeRun:
         stats.joins_suppressed += len(self.suspended)
         self.suspended.clear()
 
+    def fail_child(self, s: int, i: int, stats: BranchStats) -> str:
+        """Session s failed at node i and fails the run (--fail-fast): its parent's join will
+        never fire, so it counts as failed, not suppressed. Returns where, for the message."""
+        session = self.tree.sessions[s]
+        stats.parents_failed_due_to_child_error += 1
+        if session.parent is not None:
+            parent = self.tree.sessions[session.parent]
+            self.suspended -= set(range(parent.first_node, parent.last_node + 1))
+        return f"'{session.conversation_id}' turn {i - session.first_node}"
+
     def launch(self, i: int, worker: str, stats: BranchStats) -> None:
         """Node i is on the wire, on `worker`: its session runs, a suspended parent resumes."""
         s = self.tree.nodes[i].session
