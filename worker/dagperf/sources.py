@@ -77,8 +77,7 @@ def load_graph(path: str | Path, dataset_type: str, source: str | None = None) -
             raise DatasetError([Problem(source or str(path), None, reason)])
         from dagperf.dataset.raw_payload import load_raw_payload_dir
 
-        trace = load_raw_payload_dir(Path(path))
-        return _compile(source or str(path), trace.specs, trace.loader_mode)
+        return _from_trace(source or str(path), load_raw_payload_dir(Path(path)))
     return load_file(path, FILE_TYPES[dataset_type], source)
 
 

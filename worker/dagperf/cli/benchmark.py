@@ -235,7 +235,7 @@ def read_graph(
     try:
         if config:
             return synthetic_graph(config)
-        with local_copy(path, getattr(args, "input_sha256", None)) as local:
+        with local_copy(path, args.input_sha256) as local:
             return load_graph(local, args.custom_dataset_type, source=shown(path))
     except FetchError as e:
         print(f"dagperf: {e}", file=out)
@@ -276,7 +276,7 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         "session_affinity_header": args.session_affinity_header,
         "backend_headers": args.backend_header,
     }
-    if getattr(args, "custom_dataset_type", None) == "raw_payload" and args.endpoint_type != "chat":
+    if args.custom_dataset_type == "raw_payload" and args.endpoint_type != "chat":
         parser.error("--custom-dataset-type raw_payload: its lines are chat request bodies; "
                      "use --endpoint-type chat")  # fmt: skip
     try:  # check the flags now, with stand-ins for what is only known once a server runs

@@ -23,8 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dagperf.dataset.limits import line_problem
-from dagperf.dataset.loader import Problems, jsonl_lines
+from dagperf.dataset.loader import Problems, jsonl_lines, object_lines
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
 from dagperf.dataset.text import text_tokens
@@ -88,12 +87,8 @@ def read_conversations(
     with gc_paused():
         problems = Problems(source)
         sessions: dict[str, list[tuple[str, str]]] = {}
-        seen = False
-        for lineno, raw in jsonl_lines(lines):
-            seen = True
-            row = _row(lineno, raw, problems)
-            if row is None:
-                continue
+        rows = object_lines(jsonl_lines(lines), problems, "one conversation per line")
+        for lineno, row in rows:
             messages = _messages(row, keys)
             if isinstance(messages, str):
                 problems.add(lineno, messages)
@@ -107,26 +102,11 @@ def read_conversations(
                 continue
             sid = row.get("session_id")
             sessions.setdefault(f"line-{lineno:06d}" if sid is None else str(sid), []).extend(pairs)
-        if not seen:
+        if not sessions and not problems.items:  # every line makes one or the other
             problems.add(None, "empty file: it needs at least one conversation")
         problems.raise_any()
     specs = [SessionSpec(sid, _nodes(pairs)) for sid, pairs in sessions.items()]
     return TraceDataset(specs, ContextMode.MESSAGE_ARRAY_WITH_RESPONSES, timed=False)
-
-
-def _row(lineno: int, raw: bytes, problems: Problems) -> dict[str, Any] | None:
-    if (unsafe := line_problem(raw)) is not None:
-        problems.add(lineno, unsafe)
-        return None
-    try:
-        row = json.loads(raw)
-    except ValueError as e:
-        problems.add(lineno, f"invalid JSON: {e}")
-        return None
-    if not isinstance(row, dict):
-        problems.add(lineno, "expected a JSON object (one conversation per line)")
-        return None
-    return row
 
 
 def _nodes(pairs: list[tuple[str, str]]) -> tuple[GraphNode, ...]:

@@ -148,6 +148,26 @@ def validated_lines(
         yield lineno, raw, row
 
 
+def object_lines(
+    numbered: Iterable[tuple[int, bytes]], problems: Problems, unit: str
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Numbered lines that are JSON objects, as dicts, for formats that read their fields
+    loosely (Veeksha's traces ignore unknown keys); any other line has its problem added."""
+    for lineno, raw in numbered:
+        if (unsafe := line_problem(raw)) is not None:
+            problems.add(lineno, unsafe)
+            continue
+        try:
+            row = json.loads(raw)
+        except ValueError as e:
+            problems.add(lineno, f"invalid JSON: {e}")
+            continue
+        if not isinstance(row, dict):
+            problems.add(lineno, f"expected a JSON object ({unit})")
+            continue
+        yield lineno, row
+
+
 class Problems:
     """Problems of one file as they are found, stopping the read past `MAX_PROBLEMS`."""
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import random
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from dagperf.dataset.limits import MAX_PROMPT_TOKENS, MAX_TOKENS, line_problem
-from dagperf.dataset.loader import Problems, jsonl_lines
+from dagperf.dataset.limits import MAX_PROMPT_TOKENS, MAX_TOKENS
+from dagperf.dataset.loader import Problems, jsonl_lines, object_lines
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.prompts import passage
 from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
@@ -36,19 +35,7 @@ def _rows(lines: Iterable[bytes], problems: Problems) -> Iterator[tuple[int, dic
     if numbered and not numbered[0][1].startswith(b"{"):
         yield from _csv_rows(numbered, problems)
         return
-    for lineno, raw in numbered:
-        if (unsafe := line_problem(raw)) is not None:
-            problems.add(lineno, unsafe)
-            continue
-        try:
-            row = json.loads(raw)
-        except ValueError as e:
-            problems.add(lineno, f"invalid JSON: {e}")
-            continue
-        if not isinstance(row, dict):
-            problems.add(lineno, "expected a JSON object (one request per line)")
-            continue
-        yield lineno, row
+    yield from object_lines(numbered, problems, "one request per line")
 
 
 def _csv_rows(

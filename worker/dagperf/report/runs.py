@@ -159,7 +159,7 @@ class _Reader:
     def __init__(self, run: Run):
         self.run = run
         self.values: dict[str, list[float]] = {m: [] for m in DRAWN_METRICS}
-        self.starts: list[int] = []
+        self.first_start: int | None = None
         self.ends: list[int] = []
         self.tokens: list[float] = []
         self.failed: list[bool] = []
@@ -168,7 +168,8 @@ class _Reader:
     def add(self, r: _Record) -> None:
         m = r.metadata
         end = m.request_end_ns or m.request_start_ns
-        self.starts.append(m.request_start_ns)
+        if self.first_start is None or m.request_start_ns < self.first_start:
+            self.first_start = m.request_start_ns
         self.ends.append(end)
         self.tokens.append(_metric(r, "output_sequence_length") or 0.0)
         self.failed.append(r.error is not None)
@@ -189,7 +190,7 @@ class _Reader:
     def finish(self) -> None:
         run = self.run
         run.values = {k: np.asarray(v, dtype=float) for k, v in self.values.items() if v}
-        first = min(self.starts, default=0)
+        first = self.first_start or 0
         run.ends_s = (np.asarray(self.ends, dtype=np.int64) - first) / 1e9
         run.output_tokens = np.asarray(self.tokens, dtype=float)
         run.failed = np.asarray(self.failed, dtype=bool)
