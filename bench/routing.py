@@ -43,7 +43,7 @@ def _credit(flight: Flight) -> protocol.Credit:
         flight.node,
         -1,
         0,
-        node.payload.messages,
+        node.payload.messages_json,
         {"model": "m"},
         flight.request_id,
         "c",

@@ -7,7 +7,7 @@ from dagperf.worker.armed import ArmedCredits
 
 
 def credit(id: int, after: int = -1, then: tuple[Credit, ...] = ()) -> Credit:
-    return Credit(id, 0, id, -1, 0, [], {}, f"req-{id}", "c", "k", then, True, after)
+    return Credit(id, 0, id, -1, 0, b"[]", {}, f"req-{id}", "c", "k", then, True, after)
 
 
 def result(id: int) -> Result:

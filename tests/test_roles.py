@@ -118,7 +118,7 @@ async def test_a_worker_with_the_keys_sending_junk_is_heard_out(tmp_path, datase
     """Malformed or unexpected messages from an authenticated peer are dropped, one log line
     each, and the run goes on."""
     address = free_address()
-    junk = [[b"hello"], [protocol.VERSION, b"\xc1\xc1"], [b"dagperf/9", b"x"]]
+    junk = [[b"hello"], [protocol.VERSION, b"\xc1\xc1"], [b"dagperf/99", b"x"]]
     async with running_simulator(RECORDING) as sim:
         scheduler = await spawn_scheduler(dataset, sim.url, address, tmp_path / "out", keys)
         insider = curve_client(address, keys, b"insider")

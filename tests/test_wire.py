@@ -154,9 +154,9 @@ def test_captured_reply_rules():
 
 
 def test_protocol_round_trip_and_refusals():
-    armed = protocol.Credit(2, 2, 4, 3, 0, [], {"model": "m"}, "r2", "c", "k")
+    armed = protocol.Credit(2, 2, 4, 3, 0, b"[]", {"model": "m"}, "r2", "c", "k")
     credit = protocol.Credit(
-        1, 2, 3, -1, 1, [{"role": "user", "content": "x"}], {"model": "m"}, "r", "c", "k", (armed,)
+        1, 2, 3, -1, 1, b'[{"role":"user","content":"x"}]', {"model": "m"}, "r", "c", "k", (armed,)
     )
     for message in (
         protocol.Credits([credit]),

@@ -96,7 +96,7 @@ class Turn(BaseModel):
     def payload(self, lead: list[dict[str, Any]] | None = None) -> Payload:
         extra = {} if self.output_length is None else {"max_completion_tokens": self.output_length}
         extra |= self.extra or {}
-        return Payload([*(lead or []), self.message()], extra=extra or None)
+        return Payload.of([*(lead or []), self.message()], extra=extra or None)
 
 
 class Conversation(BaseModel):

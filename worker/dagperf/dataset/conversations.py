@@ -115,6 +115,8 @@ def _nodes(pairs: list[tuple[str, str]]) -> tuple[GraphNode, ...]:
     for k, (user, assistant) in enumerate(pairs):
         messages = [*history, {"role": "user", "content": user}]
         limit = max(1, len(text_tokens(assistant)))
-        nodes.append(GraphNode(str(k), Payload(messages, max_tokens=limit), (k - 1,) if k else ()))
+        nodes.append(
+            GraphNode(str(k), Payload.of(messages, max_tokens=limit), (k - 1,) if k else ())
+        )
         history += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
     return tuple(nodes)

@@ -286,14 +286,14 @@ def _dataset(sessions: dict[str, _Turns], block_size: int, *, timed: bool) -> Tr
 
 def _payload(lineno: int, row: MooncakeRow, block_size: int) -> Payload:
     if row.messages is not None:
-        return Payload(row.messages, max_tokens=row.output_length, tools=row.tools)
+        return Payload.of(row.messages, max_tokens=row.output_length, tools=row.tools)
     if row.text_input is not None:
         text = row.text_input
     elif row.hash_ids:
         text = blocks_prompt(row.hash_ids, row.input_length, block_size)  # type: ignore[arg-type]
     else:
         text = passage(row.input_length, random.Random(lineno))  # type: ignore[arg-type]
-    return Payload([{"role": "user", "content": text}], max_tokens=row.output_length)
+    return Payload.of([{"role": "user", "content": text}], max_tokens=row.output_length)
 
 
 __all__ = [

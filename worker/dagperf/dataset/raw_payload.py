@@ -35,7 +35,7 @@ class RawBody(BaseModel):
 
     def payload(self) -> Payload:
         rest = dict(self.model_extra or {})
-        return Payload(self.messages, model=rest.get("model"), extra=rest, verbatim=True)
+        return Payload.of(self.messages, model=rest.get("model"), extra=rest, verbatim=True)
 
 
 def _bodies(lines: Iterable[bytes], problems: Problems) -> list[RawBody]:

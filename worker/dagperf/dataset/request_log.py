@@ -86,7 +86,7 @@ def read_request_log(lines: Iterable[bytes], source: str) -> TraceDataset:
             turns = sessions.setdefault(key, [])
             k = len(turns)
             text = passage(prompt, random.Random(lineno))
-            payload = Payload([{"role": "user", "content": text}], max_tokens=limit)
+            payload = Payload.of([{"role": "user", "content": text}], max_tokens=limit)
             turns.append(GraphNode(str(k), payload, (k - 1,) if k else (), k - 1 if k else None))
         if not seen and not problems.items:
             problems.add(None, "empty file: a request_log needs at least one request")

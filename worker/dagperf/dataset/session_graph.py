@@ -139,7 +139,7 @@ def to_spec(line: SessionGraphLine) -> SessionSpec:
     nodes = []
     for i in order:
         n = line.nodes[i]
-        payload = Payload(n.messages, n.model, n.max_tokens, n.tools, n.extra)
+        payload = Payload.of(n.messages, n.model, n.max_tokens, n.tools, n.extra)
         deps = tuple(sorted(parents[n.id]))
         nodes.append(GraphNode(n.id, payload, deps, history.get(n.id), n.wait_after_ready))
     return SessionSpec(line.session_id, tuple(nodes), line.context_mode)

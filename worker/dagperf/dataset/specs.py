@@ -10,16 +10,48 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+import msgspec
+
+Messages = list[dict[str, Any]]
+_decode_messages = msgspec.json.Decoder(Messages).decode
+
 
 class Payload(NamedTuple):
-    """What a node authors for the wire; the worker adds the history and the endpoint's fields."""
+    """What a node authors for the wire; the worker adds the history and the endpoint's fields.
 
-    messages: list[dict[str, Any]]
+    The messages are kept as the JSON text of their array, as a dataset line holds them: the
+    scheduler forwards those bytes to the worker that sends them, so a large dataset is held as
+    bytes rather than as Python objects, and is parsed only by the worker that needs it.
+    """
+
+    messages_json: bytes
     model: str | None = None
     max_tokens: int | None = None
     tools: list[dict[str, Any]] | None = None
     extra: dict[str, Any] | None = None
     verbatim: bool = False  # `extra` is the whole body but the messages: nothing is added
+
+    @classmethod
+    def of(
+        cls,
+        messages: Messages,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        extra: dict[str, Any] | None = None,
+        verbatim: bool = False,
+    ) -> Payload:
+        """A payload of messages given as objects."""
+        return cls(msgspec.json.encode(messages), model, max_tokens, tools, extra, verbatim)
+
+    @property
+    def messages(self) -> Messages:
+        """The messages as objects, parsed on each call."""
+        return decode_messages(self.messages_json)
+
+
+def decode_messages(encoded: bytes) -> Messages:
+    return _decode_messages(encoded)
 
 
 class ContextMode(StrEnum):

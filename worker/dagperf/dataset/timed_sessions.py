@@ -335,7 +335,7 @@ def _context(row: TimedSessionRow) -> SessionContext:
 def _payload(sid: str, node: str, row: TimedSessionRow) -> Payload:
     seed = zlib.crc32(f"{sid}\x1f{node}".encode())  # str hash() differs between processes
     text = passage(row.num_prefill_tokens, random.Random(seed))
-    return Payload([{"role": "user", "content": text}], max_tokens=row.num_decode_tokens)
+    return Payload.of([{"role": "user", "content": text}], max_tokens=row.num_decode_tokens)
 
 
 def _session_id_of(raw: bytes) -> str | None:

@@ -65,7 +65,7 @@ class _Template:
 
     def __init__(self, conv: DagConversation, branches: list[Branch]):
         self.payloads = tuple(
-            Payload(t.messages, t.model, t.max_tokens, t.tools, t.extra) for t in conv.turns
+            Payload.of(t.messages, t.model, t.max_tokens, t.tools, t.extra) for t in conv.turns
         )
         self.delays = tuple(t.delay / 1000.0 for t in conv.turns)
         self.branches = branches

@@ -101,7 +101,7 @@ class Outbox:
             flight.node,
             -1 if node.history is None else node.history,
             run.template.keep[flight.node],
-            node.payload.messages,
+            node.payload.messages_json,
             self.params(node.payload),
             flight.request_id,
             correlation,

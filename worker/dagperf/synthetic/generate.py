@@ -69,7 +69,7 @@ class PromptWriter:
         text = " ".join(part for part in parts if part)
         extra = {"ignore_eos": True} if self.ignore_eos else None
         messages = [{"role": "user", "content": text}]
-        return Payload(messages, max_tokens=self.output_length(), extra=extra)
+        return Payload.of(messages, max_tokens=self.output_length(), extra=extra)
 
 
 def _stream(seed: int, name: str) -> random.Random:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-VERSION = b"dagperf/5"  # 5: results name the backend that served them
+VERSION = b"dagperf/6"  # 6: a credit carries its messages as JSON text
 # The largest message each side accepts; libzmq drops a peer that sends more before a byte of it
 # is buffered, so no peer can make the other hold a huge frame. Credits carry whole prompts;
 # results are a few hundred bytes plus per-chunk timings.
@@ -70,7 +70,7 @@ class Credit(msgspec.Struct, array_like=True, frozen=True):
     node: int
     history: int  # -1: a fresh history
     keep: int  # how many later nodes will continue this node's history here
-    messages: list[dict[str, Any]]
+    messages: bytes  # the JSON text of this turn's messages, as the dataset held it
     params: dict[str, Any]
     request_id: str
     correlation_id: str

@@ -39,6 +39,8 @@ log = logging.getLogger("dagperf.worker")
 ANTHROPIC_VERSION = "2023-06-01"
 
 _json = msgspec.json.Encoder()
+# A turn's messages arrive as the JSON text the dataset held; they become objects only here.
+_decode_messages = msgspec.json.Decoder(list[dict[str, Any]]).decode
 WAITING_LOG_S = 5.0  # how often a worker says it is still waiting for its scheduler
 HELLO_INTERVAL_S = 0.5
 
@@ -250,11 +252,11 @@ class Worker:
     def _context(self, credit: protocol.Credit) -> list[dict[str, Any]] | None:
         """History followed by this turn's messages; None when the history is not here."""
         if credit.history < 0:
-            return list(credit.messages)
+            return _decode_messages(credit.messages)
         history = self._histories.read(credit.run, credit.history)
         if history is None:
             return None
-        return [*history, *credit.messages]
+        return [*history, *_decode_messages(credit.messages)]
 
     def _finish(
         self,
