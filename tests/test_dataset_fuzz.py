@@ -13,12 +13,16 @@ import tempfile
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from dagperf.cli import main
 from dagperf.config import EndpointConfig
-from dagperf.dataset import DatasetError, read_dag_jsonl
+from dagperf.dataset import DagConversation, DatasetError, read_dag_jsonl
+from dagperf.dataset.dag_lines import Interned, read_line
+from dagperf.dataset.limits import line_problem
 from dagperf.endpoints import request_params
 from dagperf.graph import compile_dag_jsonl
 
@@ -194,6 +198,56 @@ def test_mutated_valid_files(lines):
     outcome(lines)
 
 
+def models_accept(line: bytes) -> bool:
+    try:
+        DagConversation.model_validate_json(line)
+    except ValidationError:
+        return False
+    return True
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_files())
+def test_the_fast_reader_and_the_models_agree(lines):
+    """The structs the loader reads with accept exactly the lines the models accept, so the
+    models' wording describes every refusal."""
+    for line in lines:
+        if line_problem(line) is None:
+            fast = read_line(line, Interned()) is not None
+            event("accepted" if fast else "refused")
+            assert fast == models_accept(line), line
+
+
+def test_the_fast_reader_and_the_models_agree_on_hostile_strings():
+    turn_fields = [
+        b'"max_tokens": 1.0',
+        b'"max_tokens": true',
+        b'"delay": true',
+        b'"forks": [{"child": "b", "background": 1}]',
+        b'"spawns": [{"children": ["b"], "join_at": 1.5}]',
+        b'"spawns": [{"children": []}]',
+        b'"extra": {"messages": 1}',
+        b'"model": ""',
+        b'"tools": [1]',
+    ]
+    lines = [
+        b'{"session_id": "a", "turns": [{"messages": [{"role": "u"}], ' + f + b"}]}"
+        for f in turn_fields
+    ]
+    lines += [
+        b'{"session_id": "a", "turns": [{"messages": [{"role": "u", "content": "\\ud800"}]}]}',
+        b'{"session_id": "\\u0061", "turns": [{"messages": [{"role": "\\u0073ystem"}]}]}',
+        b'{"session_id": "a", "session_id": "b", "turns": [{"messages": [{"role": "u"}]}]}',
+        b'{"session_id": "a", "turns": [{"messages": []}]}',
+        b'{"session_id": "a", "turns": [{"messages": [{"role": ""}]}]}',
+        b'{"session_id": "a", "turns": [{"messages": [{"content": "x"}]}]}',
+        b'{"session_id": "a", "turns": [{"messages": [{"role": "u"}]}], "x": 1}',
+    ]
+    verdicts = [read_line(line, Interned()) is not None for line in lines]
+    assert verdicts == [models_accept(line) for line in lines]
+    assert verdicts.count(True) == 2  # the escaped names and the repeated key, as JSON allows
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.one_of(mutated_files(), st.lists(st.binary(max_size=60), max_size=4)))
 def test_validate_command_never_crashes(lines):
@@ -235,3 +289,14 @@ def test_whatever_validate_accepts_profile_runs_to_the_end(lines):
         if ran == 0:
             summary = json.loads((out / "profile_export_aiperf.json").read_text())
             assert summary["is_complete"] and summary["error_request_count"]["avg"] == 0
+
+
+def test_an_escaped_system_role_is_still_a_system_message():
+    line = (
+        b'{"session_id": "a", "turns": [{"messages": [{"role": "user"}]}, '
+        b'{"messages": [{"role": "\\u0073ystem", "content": "x"}]}]}'
+    )
+    with pytest.raises(DatasetError) as caught:
+        read_dag_jsonl([line], "f.jsonl")
+    (problem,) = caught.value.problems
+    assert "turn 1: non-root turns may not contain a 'system' message" in problem.message

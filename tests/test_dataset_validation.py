@@ -405,11 +405,13 @@ def test_unreadable_files(tmp_path):
 def test_turn_fields_are_kept_as_authored():
     tool = {"type": "function", "function": {"name": "f"}}
     authored = turn(model="m", max_tokens=7, tools=[tool], extra={"temperature": 0.5}, delay=12.5)
-    t = load(conv("a", authored)).conversations["a"].turns[0]
-    assert (t.model, t.max_tokens, t.tools, t.extra, t.delay) == (
+    kept = load(conv("a", authored)).conversations["a"]
+    t = kept.payloads[0]
+    assert (t.messages, t.model, t.max_tokens, t.tools, t.extra, kept.delays) == (
+        authored["messages"],
         "m",
         7,
         [tool],
         {"temperature": 0.5},
-        12.5,
+        (0.0125,),
     )

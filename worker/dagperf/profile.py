@@ -227,7 +227,7 @@ async def _child_simulator(args: tuple[str, ...]) -> AsyncIterator[str]:
 async def default_model(graph: RequestGraph, url: str, api_key: str | None = None) -> str:
     """The model for turns that name none, when --model is not given: the first model the
     server lists. When every turn names its model, none is needed and the server is not asked."""
-    named = {node.payload.model for tree in graph.trees for node in tree.nodes}
+    named = graph.shape.models
     if None not in named:
         return sorted(m for m in named if m is not None)[0]
     return await discover_model(url, api_key)

@@ -138,9 +138,8 @@ def resolve_schedule(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
 
 def summary(graph: RequestGraph) -> dict[str, int]:
     """What `dagperf validate` prints about a graph."""
-    conversations = {s.conversation_id for tree in graph.trees for s in tree.sessions}
     out = {
-        "conversations": len(conversations),
+        "conversations": graph.shape.conversations,
         "roots": graph.root_count,
         "requests per run": graph.request_count,
         "max agent depth": graph.max_depth,

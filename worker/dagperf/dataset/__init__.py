@@ -1,12 +1,7 @@
 """Dataset formats and their loaders; each yields validated data for `dagperf.graph`."""
 
-from dagperf.dataset.dag_jsonl import (
-    Branch,
-    BranchMode,
-    DagConversation,
-    DagTurn,
-    conversation_branches,
-)
+from dagperf.dataset.dag_jsonl import DagConversation, DagTurn
+from dagperf.dataset.dag_records import Branch, BranchMode, conversation_branches
 from dagperf.dataset.loader import (
     MAX_PROBLEMS,
     DagDataset,

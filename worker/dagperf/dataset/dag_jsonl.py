@@ -11,8 +11,6 @@ parent, no cycles, where a system message may sit) live in `rules.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
@@ -114,78 +112,3 @@ class DagConversation(BaseModel):
         default_factory=list,
         description="Fire-and-forget SPAWN children sent before this conversation's turn 0.",
     )
-
-
-class BranchMode(StrEnum):
-    FORK = "fork"
-    SPAWN = "spawn"
-
-
-@dataclass(frozen=True, slots=True)
-class Branch:
-    """One branch as the file means it: children started together from one point of a parent.
-
-    Bare strings of one kind on one turn collapse into a single branch; each SPAWN object is a
-    branch of its own. `branch_id` is `<session>:<turn>`, suffixed (`:fork`, `:bg_fork`,
-    `:spawn`, `:spawn1`, ...) only when several branches share the turn, and `<session>:pre`
-    for pre-session spawns.
-    """
-
-    branch_id: str
-    mode: BranchMode
-    children: tuple[str, ...]
-    turn: int | None  # the spawning turn; None for pre-session spawns (sent before turn 0)
-    join_at: int | None  # the parent turn that waits for the children; None when nothing waits
-    background: bool = False
-
-
-def conversation_branches(conv: DagConversation) -> list[Branch]:
-    """Every branch a conversation declares, pre-session spawns first, then turn by turn."""
-    sid = conv.session_id
-    out = []
-    if conv.pre_session_spawns:
-        out.append(
-            Branch(f"{sid}:pre", BranchMode.SPAWN, tuple(conv.pre_session_spawns), None, None)
-        )
-    last = len(conv.turns) - 1
-    for k, turn in enumerate(conv.turns):
-        if not turn.forks and not turn.spawns:
-            continue
-        foreground = [f if isinstance(f, str) else f.child for f in turn.forks if _is_fg(f)]
-        background = [f.child for f in turn.forks if not isinstance(f, str) and not _is_fg(f)]
-        groups = _spawn_groups(turn.spawns, k)
-        shared = (len(groups) + bool(foreground) + bool(background)) > 1
-        if foreground:
-            bid = f"{sid}:{k}:fork" if shared else f"{sid}:{k}"
-            out.append(Branch(bid, BranchMode.FORK, tuple(foreground), k, None))
-        if background:
-            bid = f"{sid}:{k}:bg_fork" if shared else f"{sid}:{k}"
-            out.append(Branch(bid, BranchMode.FORK, tuple(background), k, None, background=True))
-        for g, (children, join_at) in enumerate(groups):
-            bid = (f"{sid}:{k}:spawn" + (str(g) if g else "")) if shared else f"{sid}:{k}"
-            # A bare SPAWN on the last turn has no turn to join: it is fire-and-forget.
-            gate = join_at if join_at <= last else None
-            out.append(Branch(bid, BranchMode.SPAWN, tuple(children), k, gate))
-    return out
-
-
-def _is_fg(entry: str | ForkEntry) -> bool:
-    return isinstance(entry, str) or not entry.background
-
-
-def _spawn_groups(entries: list[str | SpawnEntry], turn: int) -> list[tuple[list[str], int]]:
-    """Consecutive bare strings form one group joined on the next turn; objects stand alone."""
-    groups: list[tuple[list[str], int]] = []
-    bare: list[str] = []
-    for entry in entries:
-        if isinstance(entry, str):
-            bare.append(entry)
-            continue
-        if bare:
-            groups.append((bare, turn + 1))
-            bare = []
-        join_at = turn + 1 if entry.join_at is None else entry.join_at
-        groups.append((list(entry.children), join_at))
-    if bare:
-        groups.append((bare, turn + 1))
-    return groups

@@ -46,22 +46,24 @@ _SHAPE = bytes(
     else ord(" ")
     for c in range(256)
 )  # fmt: skip
-_SUSPECT_SHAPES = (b"0" * 19, b"e000", b"e+000")
+_DIGITS, _EXPONENT, _SIGNED_EXPONENT = b"0" * 19, b"e000", b"e+000"
 
 
-def _suspect_number(raw: bytes) -> bool:
+def suspect_number(raw: bytes) -> bool:
+    """Whether bytes (one line or many) may hold a number a server cannot read; False is sure."""
     if b"NaN" in raw or b"Infinity" in raw:
         return True
     shape = raw.translate(_SHAPE)
-    return any(s in shape for s in _SUSPECT_SHAPES)
+    return _DIGITS in shape or _EXPONENT in shape or _SIGNED_EXPONENT in shape
 
 
-def line_problem(raw: bytes) -> str | None:
+def line_problem(raw: bytes, numbers: bool = True) -> str | None:
     """What makes a line unsafe to parse or to send, checked on its bytes first (cheaply:
-    a line without the telltale bytes is not walked)."""
+    a line without the telltale bytes is not walked); `numbers` False when `suspect_number`
+    already cleared the line, with its neighbours."""
     if too_deep(raw):
         return f"nested more than {MAX_DEPTH} levels deep; no request needs that"
-    if not _suspect_number(raw):
+    if not numbers or not suspect_number(raw):
         return None
     try:
         value = json.loads(raw)

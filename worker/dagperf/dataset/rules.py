@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
 
-from dagperf.dataset.dag_jsonl import Branch, BranchMode, DagConversation, DagTurn
+from dagperf.dataset.dag_lines import Conversation
+from dagperf.dataset.dag_records import Branch, BranchMode, ConversationRecord, TurnRecord
 
 _SYSTEM_HINT = (
     "chat templates ignore a system message after position 0, and history is appended, so put "
@@ -23,8 +23,11 @@ _SYSTEM_HINT = (
 )
 
 
-def conversation_problems(conv: DagConversation) -> Iterator[str]:
-    """Problems visible within one conversation line."""
+def conversation_problems(
+    conv: ConversationRecord, system: tuple[tuple[int, ...], ...]
+) -> Iterator[str]:
+    """Problems visible within one conversation line; `system` holds, per turn, the positions
+    of its system messages."""
     sid = conv.session_id
     last = len(conv.turns) - 1
     for child in _repeated(conv.pre_session_spawns):
@@ -32,14 +35,14 @@ def conversation_problems(conv: DagConversation) -> Iterator[str]:
     for k, turn in enumerate(conv.turns):
         if turn.forks or turn.spawns:
             yield from _branch_entry_problems(f"session '{sid}' turn {k}", k, last, turn)
-        if k > 0:
+        if k > 0 and system[k]:
             yield from _system_messages(
-                turn.messages,
+                system[k],
                 f"session '{sid}' turn {k}: non-root turns may not contain a 'system' message",
             )
 
 
-def _branch_entry_problems(where: str, k: int, last: int, turn: DagTurn) -> Iterator[str]:
+def _branch_entry_problems(where: str, k: int, last: int, turn: TurnRecord) -> Iterator[str]:
     fork_children = [f if isinstance(f, str) else f.child for f in turn.forks]
     for child in _repeated(fork_children):
         yield f"{where}: child '{child}' is listed twice in forks"
@@ -78,9 +81,8 @@ def _branch_entry_problems(where: str, k: int, last: int, turn: DagTurn) -> Iter
 
 
 def file_problems(
-    conversations: dict[str, DagConversation],
-    branches: dict[str, list[Branch]],
-    lines: dict[str, int],
+    conversations: Mapping[str, Conversation],
+    lines: Mapping[str, int],
     unparsed: set[str],
 ) -> Iterator[tuple[int, str]]:
     """Problems that need the whole file, as (line, message), in file order.
@@ -89,16 +91,18 @@ def file_problems(
     as undeclared, since that line already has its own error.
     """
     fork_parent: dict[str, tuple[str, int | None]] = {}
-    children_of: dict[str, list[str]] = {sid: [] for sid in conversations}
+    # Only conversations that start others can lie on a cycle: the rest stay out of the search.
+    children_of: dict[str, list[str]] = {}
     pre_session: list[tuple[str, str]] = []
-    for sid in conversations:
-        for branch in branches[sid]:
+    for sid, conversation in conversations.items():
+        for branch in conversation.branches:
             for child in branch.children:
                 if child not in conversations:
                     if child not in unparsed:
                         yield lines[sid], _undeclared(sid, branch, child, conversations)
                     continue
-                children_of[sid].append(child)
+                if conversations[child].branches:
+                    children_of.setdefault(sid, []).append(child)
                 here = (sid, branch.turn)
                 if branch.turn is None:
                     pre_session.append((sid, child))
@@ -109,7 +113,7 @@ def file_problems(
             yield lines[sid], _pre_session_fork_target(sid, child)
     for child, (parent, _) in fork_parent.items():
         for problem in _system_messages(
-            conversations[child].turns[0].messages,
+            conversations[child].opening_system,
             f"session '{child}' turn 0: non-root turns may not contain a 'system' message "
             f"(this FORK child continues the history of '{parent}')",
         ):
@@ -134,10 +138,9 @@ def _two_fork_parents(
     )
 
 
-def _system_messages(messages: list[dict[str, Any]], prefix: str) -> Iterator[str]:
-    for index, message in enumerate(messages):
-        if message["role"] == "system":  # the schema guarantees a role
-            yield f"{prefix} (message at index {index}); {_SYSTEM_HINT}"
+def _system_messages(positions: tuple[int, ...], prefix: str) -> Iterator[str]:
+    for index in positions:
+        yield f"{prefix} (message at index {index}); {_SYSTEM_HINT}"
 
 
 def _repeated(items: list[str]) -> list[str]:
@@ -147,7 +150,7 @@ def _repeated(items: list[str]) -> list[str]:
 
 
 def _undeclared(
-    sid: str, branch: Branch, child: str, conversations: dict[str, DagConversation]
+    sid: str, branch: Branch, child: str, conversations: Mapping[str, Conversation]
 ) -> str:
     where = "pre_session_spawns" if branch.turn is None else f"turn {branch.turn}"
     known = sorted(conversations)
@@ -174,7 +177,7 @@ def _cycles(children_of: dict[str, list[str]]) -> Iterator[list[str]]:
             continue
         path = [start]
         position = {start: 0}
-        stack = [iter(children_of[start])]
+        stack = [iter(children_of[start])]  # every start has children here
         state[start] = 1
         while stack:
             for child in stack[-1]:
@@ -187,7 +190,7 @@ def _cycles(children_of: dict[str, list[str]]) -> Iterator[list[str]]:
                     state[child] = 1
                     position[child] = len(path)
                     path.append(child)
-                    stack.append(iter(children_of[child]))
+                    stack.append(iter(children_of.get(child, ())))
                     break
             else:
                 stack.pop()

@@ -44,7 +44,7 @@ from dagperf.config import LoadConfig
 from dagperf.engine.flights import Flight, Flights, armed_under, settle_armed
 from dagperf.engine.phase import Arrivals, Phase, PhasePlan, Progress, Slots
 from dagperf.engine.routing import RendezvousRouter
-from dagperf.engine.runs import NodeState, TreeRun, TreeTemplate
+from dagperf.engine.runs import NodeState, Templates, TreeRun
 from dagperf.engine.timers import Timers
 from dagperf.graph import RequestGraph
 
@@ -64,7 +64,7 @@ class Dispatcher:
         self._graph = graph
         self._load = load
         self._clock = clock
-        self._templates = [TreeTemplate(tree) for tree in graph.trees]
+        self._templates = Templates(graph.trees)
         self._arrivals = Arrivals(graph, load)
         concurrency = load.concurrency or (None if self._arrivals.on else 1)
         self._slots = Slots(concurrency, load.concurrency_ramp_up)

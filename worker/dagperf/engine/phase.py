@@ -61,7 +61,7 @@ class PhasePlan:
         """The requests of the roots this phase will start, when it starts a known number."""
         if self.roots_limit is None:
             return None
-        sizes = [len(t.nodes) for t in graph.trees]
+        sizes = graph.shape.sizes
         full, rest = divmod(self.roots_limit, len(sizes))
         return full * sum(sizes) + sum(sizes[(first_tree + k) % len(sizes)] for k in range(rest))
 

@@ -6,6 +6,8 @@ one state byte per node and per session, so starting a run costs a list copy, no
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -46,6 +48,30 @@ class TreeTemplate:
         self.keep = keep  # how many nodes continue each node's history
         self.sizes = [s.turn_count for s in tree.sessions]
         self.armable = [_armable(tree, i) for i in range(len(tree.nodes))]
+
+
+class Templates:
+    """Each tree's template, built when a run of it first starts and kept for later runs, up to
+    `limit` trees (the least recently started go first): a graph whose trees are built when
+    read then costs memory for the trees in use, not for the dataset."""
+
+    def __init__(self, trees: Sequence[Tree], limit: int = 8192):
+        self._trees = trees
+        self._limit = limit
+        self._kept: OrderedDict[int, TreeTemplate] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._trees)
+
+    def __getitem__(self, index: int) -> TreeTemplate:
+        template = self._kept.get(index)
+        if template is not None:
+            self._kept.move_to_end(index)
+            return template
+        template = self._kept[index] = TreeTemplate(self._trees[index])
+        if len(self._kept) > self._limit:
+            self._kept.popitem(last=False)
+        return template
 
 
 def _armable(tree: Tree, i: int) -> tuple[int, ...]:

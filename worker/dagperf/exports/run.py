@@ -79,12 +79,15 @@ class RunOutput:
         self.locality = Locality()
         self.live = live
         self._records: RecordWriter | None = None
+        self._inputs: tuple[RequestGraph, EndpointConfig] | None = None
+        self._inputs_error: str | None = None
         self._session_lines: RecordWriter | None = None
 
     def open(self, graph: RequestGraph, endpoint: EndpointConfig) -> None:
-        """The directory, the inputs file and the records file; raises OSError."""
+        """The directory and the records files; raises OSError. The inputs file is written at
+        `close`: a large dataset's would otherwise hold back the first request."""
         self.artifacts.directory.mkdir(parents=True, exist_ok=True)
-        write_inputs(self.artifacts.inputs, graph, endpoint)
+        self._inputs = (graph, endpoint)
         self._records = RecordWriter(self.artifacts.records)
         self._session_lines = RecordWriter(self.artifacts.sessions)
         if self._scrape is not None:  # in the run's event loop, until `close`
@@ -141,13 +144,18 @@ class RunOutput:
         self.locality.finish()
         for writer in self._writers():
             writer.close()
+        if self._inputs is not None:
+            try:
+                write_inputs(self.artifacts.inputs, *self._inputs)
+            except OSError as e:
+                self._inputs_error = f"cannot write {self.artifacts.inputs}: {e.strerror or e}"
 
     def write_error(self) -> str | None:
         """Why records could not be written, once they could not."""
         for writer in self._writers():
             if writer.error is not None:
                 return f"cannot write {writer.path}: {writer.error.strerror}"
-        return None
+        return self._inputs_error
 
     def write_summary(
         self, branch_stats: dict[str, int], complete: bool, cancelled: bool

@@ -15,16 +15,24 @@ branches, and every branch becomes edges:
 
 Expansion duplicates SPAWN templates that several parents reference, so a file can describe far
 more requests than it has lines; `max_tree_requests` turns a runaway expansion into a clear error.
+
+Trees are built when the run reads them, not before: the graph's shape (requests per tree,
+depths, children) is counted over the conversations instead, once each, so a file of a million
+conversations starts without compiling a million trees, and the run holds only the trees it
+is running.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple, overload
 
-from dagperf.dataset.dag_jsonl import Branch, BranchMode, DagConversation
+from dagperf.dataset.dag_lines import Conversation
+from dagperf.dataset.dag_records import BranchMode
 from dagperf.dataset.loader import DagDataset, DatasetError, Problem
-from dagperf.graph.model import Node, Payload, RequestGraph, Session, SessionKind, Tree
+from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Shape, Tree
 from dagperf.runtime.gcpause import gc_paused
 
 MAX_TREE_REQUESTS = 1_000_000
@@ -34,41 +42,106 @@ def compile_dag_jsonl(
     dataset: DagDataset, max_tree_requests: int = MAX_TREE_REQUESTS
 ) -> RequestGraph:
     with gc_paused():
-        return _compile(dataset, max_tree_requests)
-
-
-def _compile(dataset: DagDataset, max_tree_requests: int) -> RequestGraph:
-    templates = {
-        sid: _Template(conv, dataset.branches[sid]) for sid, conv in dataset.conversations.items()
-    }
-    trees = []
-    for root in dataset.roots:
-        try:
-            trees.append(_expand(root, templates, max_tree_requests))
-        except _TooLarge:
+        shape = _shape(dataset)
+    for root, size in zip(dataset.roots, shape.sizes, strict=True):
+        if size > max_tree_requests:
             message = (
                 f"session '{root}' expands to more than {max_tree_requests:,} requests per run "
                 "(SPAWN targets referenced by several parents are sent once per reference)"
             )
-            raise DatasetError([Problem(dataset.source, dataset.lines[root], message)]) from None
-    return RequestGraph(dataset.source, tuple(trees))
+            raise DatasetError([Problem(dataset.source, dataset.lines[root], message)])
+    return RequestGraph(dataset.source, _Trees(dataset), shape)
 
 
-class _TooLarge(Exception):
-    pass
+class _Trees(Sequence[Tree]):
+    """A dataset's trees, each built when it is read (and not kept: the reader keeps what it
+    needs)."""
+
+    def __init__(self, dataset: DagDataset):
+        self._roots = dataset.roots
+        self._conversations = dataset.conversations
+
+    def __len__(self) -> int:
+        return len(self._roots)
+
+    @overload
+    def __getitem__(self, index: int) -> Tree: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Tree]: ...
+    def __getitem__(self, index: int | slice) -> Tree | Sequence[Tree]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return _expand(self._roots[index], self._conversations)
 
 
-class _Template:
-    """What every instance of one conversation shares: payloads, delays and branches."""
+class _Count(NamedTuple):
+    """One conversation's expansion: what it and everything it starts add to a tree."""
 
-    __slots__ = ("branches", "delays", "payloads")
+    requests: int
+    height: int  # the depth of its deepest descendant below it
+    forks: int
+    spawns: int
 
-    def __init__(self, conv: DagConversation, branches: list[Branch]):
-        self.payloads = tuple(
-            Payload.of(t.messages, t.model, t.max_tokens, t.tools, t.extra) for t in conv.turns
-        )
-        self.delays = tuple(t.delay / 1000.0 for t in conv.turns)
-        self.branches = branches
+
+def _shape(dataset: DagDataset) -> Shape:
+    """The shape of every tree, from one count per conversation, children before parents (the
+    loader refused cycles); a conversation reached from two parents is counted once and added
+    twice, as expansion sends it twice."""
+    conversations = dataset.conversations
+    counts: dict[str, _Count] = {}
+
+    def count(sid: str) -> _Count:
+        known = counts.get(sid)
+        if known is None:  # a conversation that starts nothing: most of them, never stacked
+            known = _Count(len(conversations[sid].payloads), 0, 0, 0)
+        return known
+
+    for sid in _children_first(conversations):
+        conv = conversations[sid]
+        requests, height, forks, spawns = len(conv.payloads), 0, 0, 0
+        for branch in conv.branches:
+            fork = branch.mode is BranchMode.FORK
+            for child in branch.children:
+                below = count(child)
+                requests += below.requests
+                height = max(height, below.height + 1)
+                forks += below.forks + fork
+                spawns += below.spawns + (not fork)
+        counts[sid] = _Count(requests, height, forks, spawns)
+    roots = [count(root) for root in dataset.roots]
+    return Shape(
+        [c.requests for c in roots],
+        len(conversations),
+        max((c.height for c in roots), default=0),
+        sum(c.forks for c in roots),
+        sum(c.spawns for c in roots),
+        frozenset({p.model for conv in conversations.values() for p in conv.payloads}),
+    )
+
+
+def _children_first(conversations: dict[str, Conversation]) -> list[str]:
+    """Every conversation that starts others, after those it starts; iterative, as FORK chains
+    run deep."""
+    order: list[str] = []
+    done: set[str] = set()
+    for start, conv in conversations.items():
+        if start in done or not conv.branches:
+            continue
+        stack = [(start, False)]
+        while stack:
+            sid, expanded = stack.pop()
+            if expanded:
+                order.append(sid)
+            elif sid not in done:
+                done.add(sid)
+                stack.append((sid, True))
+                stack.extend(
+                    (child, False)
+                    for branch in conversations[sid].branches
+                    for child in branch.children
+                    if child not in done and conversations[child].branches
+                )
+    return order
 
 
 @dataclass(slots=True)
@@ -96,7 +169,7 @@ class _Draft:
     join_deps: list[int] = field(default_factory=list)
 
 
-def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
+def _expand(root: str, templates: dict[str, Conversation]) -> Tree:
     sessions: list[Session] = []
     drafts: list[_Draft] = []
     sent_first: set[int] = set()  # turn 0 of pre-session spawns: sent before their siblings
@@ -105,8 +178,6 @@ def _expand(root: str, templates: dict[str, _Template], limit: int) -> Tree:
         start = queue.popleft()
         template = templates[start.conversation_id]
         s, first, n = len(sessions), len(drafts), len(template.payloads)
-        if first + n > limit:
-            raise _TooLarge
         route = s if start.route is None else start.route
         sessions.append(
             Session(

@@ -20,17 +20,23 @@ Indices are local to a tree, so the scheduler instantiates a tree for each run o
 copying one counter per node. A SPAWN target referenced by two parents appears as two sessions:
 the file describes a template, the tree what is actually sent. Records are NamedTuples: immutable,
 compact, and cheap to build by the hundred thousand.
+
+A graph's `trees` may be built on first use (dag_jsonl's are: a million roots need not be
+compiled before the first request); what the run must know of every tree up front is its
+`Shape`, which such a compiler gives without building them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import NamedTuple
 
 from dagperf.dataset.specs import Payload
 
-__all__ = ["Node", "Payload", "RequestGraph", "Session", "SessionKind", "Tree"]
+__all__ = ["Node", "Payload", "RequestGraph", "Session", "SessionKind", "Shape", "Tree"]
 
 
 class SessionKind(StrEnum):
@@ -86,12 +92,42 @@ class Tree:
         return self.sessions[0]
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What is known of every tree of a graph before any runs."""
+
+    sizes: Sequence[int]  # requests per tree, in tree order
+    conversations: int  # distinct conversations
+    max_depth: int
+    fork_children: int  # FORK child sessions started in one full run
+    spawn_children: int
+    models: frozenset[str | None]  # the models turns name; None: a turn that names none
+
+    @classmethod
+    def of(cls, trees: Sequence[Tree]) -> Shape:
+        """The shape of trees already built."""
+        sessions = [s for tree in trees for s in tree.sessions]
+        return cls(
+            [len(tree.nodes) for tree in trees],
+            len({s.conversation_id for s in sessions}),
+            max((s.depth for s in sessions), default=0),
+            sum(s.kind is SessionKind.FORK for s in sessions),
+            sum(s.kind is SessionKind.SPAWN for s in sessions),
+            frozenset(node.payload.model for tree in trees for node in tree.nodes),
+        )
+
+
 @dataclass(frozen=True)
 class RequestGraph:
     """Every tree of a dataset; running each once is one full run."""
 
     source: str
-    trees: tuple[Tree, ...]
+    trees: Sequence[Tree]  # may build each tree when it is read, and not keep it
+    known: Shape | None = None  # given by a compiler whose trees are built when read
+
+    @cached_property
+    def shape(self) -> Shape:
+        return self.known or Shape.of(self.trees)
 
     @property
     def root_count(self) -> int:
@@ -101,12 +137,12 @@ class RequestGraph:
     @property
     def request_count(self) -> int:
         """Requests in one full run, children included."""
-        return sum(len(tree.nodes) for tree in self.trees)
+        return sum(self.shape.sizes)
 
     @property
     def max_depth(self) -> int:
-        return max((s.depth for tree in self.trees for s in tree.sessions), default=0)
+        return self.shape.max_depth
 
     def child_count(self, kind: SessionKind) -> int:
         """Child sessions of one kind started in one full run."""
-        return sum(s.kind is kind for tree in self.trees for s in tree.sessions)
+        return self.shape.fork_children if kind is SessionKind.FORK else self.shape.spawn_children

@@ -1,0 +1,122 @@
+"""dag_jsonl lines as msgspec structs, and the branches a conversation declares.
+
+The structs state what the pydantic models of `dag_jsonl.py` state, so msgspec can decode a
+line in one C pass, leaving each turn's messages as the raw bytes of the line; the models stay
+the authority on wording and describe a line the structs refuse (rare, and worth a second parse
+for a good message). tests/test_dataset_fuzz.py holds the two to the same verdicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any
+
+from msgspec import Meta, Raw, Struct
+
+from dagperf.dataset.limits import MAX_TOKENS, MAX_WAIT_S
+
+Id = Annotated[str, Meta(min_length=1)]
+Text = Annotated[str, Meta(min_length=1)]
+
+
+class ForkRecord(Struct, forbid_unknown_fields=True, frozen=True):
+    child: Id
+    background: bool = False
+
+
+class SpawnRecord(Struct, forbid_unknown_fields=True, frozen=True):
+    children: Annotated[list[Id], Meta(min_length=1)]
+    join_at: int | None = None
+
+
+class TurnRecord(Struct, forbid_unknown_fields=True, frozen=True):
+    messages: Raw
+    model: Text | None = None
+    max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
+    tools: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] | None = None
+    forks: list[Id | ForkRecord] = []
+    spawns: list[Id | SpawnRecord] = []
+    delay: Annotated[float, Meta(ge=0, le=MAX_WAIT_S * 1000)] = 0.0
+
+
+class ConversationRecord(Struct, forbid_unknown_fields=True, frozen=True):
+    session_id: Id
+    turns: Annotated[list[TurnRecord], Meta(min_length=1)]
+    pre_session_spawns: list[Id] = []
+
+
+class BranchMode(StrEnum):
+    FORK = "fork"
+    SPAWN = "spawn"
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One branch as the file means it: children started together from one point of a parent.
+
+    Bare strings of one kind on one turn collapse into a single branch; each SPAWN object is a
+    branch of its own. `branch_id` is `<session>:<turn>`, suffixed (`:fork`, `:bg_fork`,
+    `:spawn`, `:spawn1`, ...) only when several branches share the turn, and `<session>:pre`
+    for pre-session spawns.
+    """
+
+    branch_id: str
+    mode: BranchMode
+    children: tuple[str, ...]
+    turn: int | None  # the spawning turn; None for pre-session spawns (sent before turn 0)
+    join_at: int | None  # the parent turn that waits for the children; None when nothing waits
+    background: bool = False
+
+
+def conversation_branches(conv: ConversationRecord) -> list[Branch]:
+    """Every branch a conversation declares, pre-session spawns first, then turn by turn."""
+    sid = conv.session_id
+    out = []
+    if conv.pre_session_spawns:
+        out.append(
+            Branch(f"{sid}:pre", BranchMode.SPAWN, tuple(conv.pre_session_spawns), None, None)
+        )
+    last = len(conv.turns) - 1
+    for k, turn in enumerate(conv.turns):
+        if not turn.forks and not turn.spawns:
+            continue
+        foreground = [f if isinstance(f, str) else f.child for f in turn.forks if _is_fg(f)]
+        background = [f.child for f in turn.forks if not isinstance(f, str) and not _is_fg(f)]
+        groups = _spawn_groups(turn.spawns, k)
+        shared = (len(groups) + bool(foreground) + bool(background)) > 1
+        if foreground:
+            bid = f"{sid}:{k}:fork" if shared else f"{sid}:{k}"
+            out.append(Branch(bid, BranchMode.FORK, tuple(foreground), k, None))
+        if background:
+            bid = f"{sid}:{k}:bg_fork" if shared else f"{sid}:{k}"
+            out.append(Branch(bid, BranchMode.FORK, tuple(background), k, None, background=True))
+        for g, (children, join_at) in enumerate(groups):
+            bid = (f"{sid}:{k}:spawn" + (str(g) if g else "")) if shared else f"{sid}:{k}"
+            # A bare SPAWN on the last turn has no turn to join: it is fire-and-forget.
+            gate = join_at if join_at <= last else None
+            out.append(Branch(bid, BranchMode.SPAWN, tuple(children), k, gate))
+    return out
+
+
+def _is_fg(entry: str | ForkRecord) -> bool:
+    return isinstance(entry, str) or not entry.background
+
+
+def _spawn_groups(entries: list[str | SpawnRecord], turn: int) -> list[tuple[list[str], int]]:
+    """Consecutive bare strings form one group joined on the next turn; objects stand alone."""
+    groups: list[tuple[list[str], int]] = []
+    bare: list[str] = []
+    for entry in entries:
+        if isinstance(entry, str):
+            bare.append(entry)
+            continue
+        if bare:
+            groups.append((bare, turn + 1))
+            bare = []
+        join_at = turn + 1 if entry.join_at is None else entry.join_at
+        groups.append((list(entry.children), join_at))
+    if bare:
+        groups.append((bare, turn + 1))
+    return groups
