@@ -88,10 +88,13 @@ class Tree:
 
 @dataclass(frozen=True)
 class RequestGraph:
-    """Every tree of a dataset; running each once is one full run."""
+    """Every tree of a dataset; running each once is one full run. `warmup`: trees the dataset
+    sends before anything is measured, each once and one at a time (a rag trace's most asked-about
+    documents, to fill the server's prefix cache); they are not in the exports or the counts."""
 
     source: str
     trees: tuple[Tree, ...]
+    warmup: tuple[Tree, ...] = ()
 
     @property
     def root_count(self) -> int:
