@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -243,3 +245,18 @@ def test_rag_ranks_documents_by_rows_then_first_appearance_and_shuffles_by_its_s
     assert len(measured) == len(order)
     assert read(num_documents=0)[0][0] == ["b@0"]  # at least one, as Veeksha clamps it
     assert read(seed=3) == read(seed=3) and read(seed=3)[0][1] != read(seed=4)[0][1]
+
+
+def test_dagperf_validate_names_every_bad_row_without_a_traceback(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"doc_id": "d", "prompt_text": "q"}\n{"doc_id": [], "prompt_text": "q", '
+                   '"output_length": 2}\n')  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "dagperf", "validate", str(bad), "--custom-dataset-type", "rag"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr
+    assert f"{bad}:1: output_length: Field required" in result.stdout + result.stderr
+    assert f"{bad}:2: doc_id: must be a string or an integer, got list" in (
+        result.stdout + result.stderr
+    )
