@@ -146,10 +146,13 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/traces/timed_sessions.jsonl": ["--custom-dataset-type", "timed_synthetic_session"],
     "examples/traces/request_log.csv": ["--custom-dataset-type", "request_log"],
     "examples/traces/conversations.jsonl": ["--custom-dataset-type", "untimed_content_multi_turn"],
+    "examples/traces/shared_prefix.jsonl": ["--custom-dataset-type", "shared_prefix"],
+    "examples/traces/rag.jsonl": ["--custom-dataset-type", "rag"],
     "examples/session_configs/linear.yaml": ["--session-config"],
     "examples/session_configs/branching.yaml": ["--session-config"],
     "examples/veeksha/synthetic.yaml": ["--session-config"],
     "examples/veeksha/trace.yaml": ["--session-config"],
+    "examples/veeksha/rag.yaml": ["--session-config"],
 }
 
 

@@ -348,6 +348,39 @@ def test_warmup_runs_first_and_is_not_counted():
     assert h.stats == stats(children_spawned=2, children_completed=2)
 
 
+def with_warmup(*names: str, warmup: tuple[str, ...]):
+    """Single-request sessions, and the dataset's own warm-up sessions (a rag trace's)."""
+
+    def one(name: str) -> SessionSpec:
+        return SessionSpec(name, (GraphNode("0", Payload([{"role": "user", "content": name}])),))
+
+    return compile_sessions("t", [one(n) for n in names], warmup=[one(n) for n in warmup])
+
+
+def test_a_dataset_warmup_goes_first_one_at_a_time_then_a_requested_warmup_then_profiling():
+    h = Harness(graph=with_warmup("a", "b", warmup=("w1", "w2")), concurrency=4,
+                warmup_request_count=1)  # fmt: skip
+    assert h.d.phase is Phase.WARMUP
+    assert h.sent() == ["w1:0"]  # one at a time, whatever the concurrency
+    assert h.d.progress().expected == 2
+    assert h.finish("w1:0") == ["w2:0"]
+    assert h.finish("w2:0") == ["a:0"]  # the requested warm-up: one request of the dataset
+    assert h.d.phase is Phase.WARMUP
+    assert sorted(h.finish("a:0")) == ["a:0", "b:0"]  # then the profiling, measured
+    assert h.d.phase is Phase.PROFILING and h.d.progress().expected == 2
+    h.drain()
+    assert h.d.finished and h.d.progress().sent == 2
+
+
+def test_a_dataset_warmup_does_not_wait_for_arrivals_and_a_failure_does_not_stop_it():
+    h = Harness(graph=with_warmup("a", warmup=("w1", "w2")), request_rate=1.0)
+    assert h.sent() == ["w1:0"]  # no tick: roots of the warm-up do not arrive, they go
+    assert h.finish("w1:0", ok=False) == ["w2:0"]
+    assert h.finish("w2:0") == []  # the profiling's first root waits for its arrival
+    assert h.d.phase is Phase.PROFILING
+    assert h.advance(0) == ["a:0"]
+
+
 def test_a_failed_turn_skips_what_needs_it_and_releases_its_parent():
     h = Harness(
         conv("p", turn(spawns=["c"]), turn()),

@@ -79,7 +79,7 @@ def test_trace_generators_read_their_file_by_flavour(tmp_path):
 
 
 def test_the_examples_load():
-    for name in ("synthetic.yaml", "trace.yaml"):
+    for name in ("synthetic.yaml", "trace.yaml", "rag.yaml"):
         assert synthetic_graph(ROOT / "examples" / "veeksha" / name).request_count > 0
 
 
@@ -94,8 +94,20 @@ def test_the_examples_load():
           "channels": [{"type": "text", "shared_prefix_probability": 0.5}]},
          "session_generator.channels[0].shared_prefix_probability: only 1.0"),
         ({"type": "synthetic"}, "session_generator.session_graph: required"),
-        ({"type": "trace", "trace_file": "x.jsonl", "flavor": {"type": "rag"}},
-         "session_generator.flavor.type: 'rag' is not supported"),
+        ({"type": "trace", "trace_file": "x.jsonl", "flavor": {"type": "sharegpt"}},
+         "session_generator.flavor.type: 'sharegpt' is not supported"),
+        ({"type": "trace", "trace_file": "x.jsonl",
+          "flavor": {"type": "shared_prefix", "block_size": "512"}},
+         "session_generator.flavor.block_size: expected a whole number, got '512'"),
+        ({"type": "trace", "trace_file": "x.jsonl",
+          "flavor": {"type": "shared_prefix", "block_size": 0}},
+         "session_generator.flavor.block_size: must be between 1 and 10,000,000, got 0"),
+        ({"type": "trace", "trace_file": "x.jsonl",
+          "flavor": {"type": "rag", "num_documents": 2.5}},
+         "session_generator.flavor.num_documents: expected a whole number, got 2.5"),
+        ({"type": "trace", "trace_file": "x.jsonl",
+          "flavor": {"type": "rag", "block_size": 16}},
+         "session_generator.flavor.block_size: unknown field"),
         ({"type": "trace"}, "session_generator.trace_file: required"),
         ({"type": "synthetic", "session_graph": LINEAR, "channelz": []},
          "session_generator.channelz: unknown field"),

@@ -3,7 +3,8 @@
 Runs go to `profile_runs/run_0001` ... in the artifact directory, each a whole run with its own
 exports; the aggregate (`dagperf.exports.aggregate`) to `aggregate/`. Every run sends the same
 workload: the same seed for arrivals (42 unless `--random-seed` says otherwise), and the warm-up
-before the first run only, so later runs measure a server already warm. A run that fails is
+(`--warmup-request-count`, and a dataset's own, such as a rag trace's documents) before the first
+run only, so later runs measure a server already warm. A run that fails is
 reported and left out; the aggregate needs two that finished.
 """
 
@@ -27,8 +28,9 @@ async def run_repeated(plan: LocalPlan, runs: int, confidence: float, out: TextI
         label = f"run_{index:04d}"
         update = {"random_seed": seed} | ({"warmup_request_count": 0} if index > 1 else {})
         load = plan.load.model_copy(update=update)
+        graph = plan.graph if index == 1 else dataclasses.replace(plan.graph, warmup=())
         run_plan = dataclasses.replace(
-            plan, load=load, artifact_dir=plan.artifact_dir / "profile_runs" / label,
+            plan, graph=graph, load=load, artifact_dir=plan.artifact_dir / "profile_runs" / label,
             input_config=plan.input_config | {"load": load.model_dump(mode="json")},
         )  # fmt: skip
         outcome = await run_local(run_plan, Console(quiet=True))

@@ -7,7 +7,6 @@ A dataset file has a type (`--custom-dataset-type`); a synthetic workload is a s
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -44,14 +43,14 @@ def _trace(module: str, reader: str) -> Compile:
 
 
 def _from_trace(source: str, trace: Any) -> RequestGraph:
-    return _compile(source, trace.specs, trace.loader_mode)
+    return _compile(source, trace.specs, trace.loader_mode, trace.warmup)
 
 
-def _compile(source: str, specs: list[Any], loader_mode: Any) -> RequestGraph:
+def _compile(source: str, specs: list[Any], loader_mode: Any, warmup: Any = ()) -> RequestGraph:
     from dagperf.graph.sessions import SpecError, compile_sessions
 
     try:
-        return compile_sessions(source, specs, loader_mode)
+        return compile_sessions(source, specs, loader_mode, warmup)
     except SpecError as e:  # the loaders check first; this is the last word, not a traceback
         raise DatasetError([Problem(source, None, str(e))]) from None
 
@@ -66,6 +65,8 @@ FILE_TYPES: dict[str, Compile] = {
     "raw_payload": _trace("dagperf.dataset.raw_payload", "read_raw_payload"),
     "request_log": _trace("dagperf.dataset.request_log", "read_request_log"),
     "untimed_content_multi_turn": _trace("dagperf.dataset.conversations", "read_conversations"),
+    "shared_prefix": _trace("dagperf.dataset.shared_prefix", "read_shared_prefix"),
+    "rag": _trace("dagperf.dataset.rag", "read_rag"),
 }
 DIRECTORY_TYPES = ("raw_payload",)  # a directory of files, each one conversation
 
@@ -111,12 +112,10 @@ def _generated(source: str, read: Callable[[], Any]) -> RequestGraph:
     except ConfigError as e:
         raise DatasetError([Problem(e.source, None, p) for p in e.problems]) from None
     if isinstance(config, TraceSource):  # a Veeksha trace generator: its file, by its flavour
-        if config.keys is None:
+        if config.read is None:
             return load_graph(config.path, config.dataset_type)
-        from dagperf.dataset.conversations import read_conversations
-
-        read = functools.partial(read_conversations, keys=config.keys)
-        return load_file(config.path, lambda lines, src: _from_trace(src, read(lines, src)))
+        read_trace = config.read
+        return load_file(config.path, lambda lines, src: _from_trace(src, read_trace(lines, src)))
     return _compile(source, generate_sessions(config), None)
 
 
@@ -148,4 +147,6 @@ def summary(graph: RequestGraph) -> dict[str, int]:
     }
     if timed(graph):
         out["timed sessions"] = graph.root_count
+    if graph.warmup:  # sent before measuring, not part of a run's requests
+        out["warm-up requests"] = sum(len(tree.nodes) for tree in graph.warmup)
     return out

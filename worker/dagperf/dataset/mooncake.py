@@ -61,6 +61,7 @@ class TraceDataset:
     specs: list[SessionSpec]  # by start time when timed, else in file order
     loader_mode: ContextMode | None  # the format's default context mode; None: the global one
     timed: bool  # every session has a start_s
+    warmup: tuple[SessionSpec, ...] = ()  # sent first, one at a time, never measured (rag's)
 
 
 class MooncakeRow(BaseModel):

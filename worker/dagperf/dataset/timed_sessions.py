@@ -155,7 +155,7 @@ def _read(lines: Iterable[bytes], source: str) -> TraceDataset:
     ):
         seen_a_line = True
         if row is None:
-            sid = _session_id_of(raw)
+            sid = session_id_of(raw)
             if sid is not None:
                 sessions.setdefault(sid, _Session()).broken = True
             continue
@@ -338,7 +338,7 @@ def _payload(sid: str, node: str, row: TimedSessionRow) -> Payload:
     return Payload.of([{"role": "user", "content": text}], max_tokens=row.num_decode_tokens)
 
 
-def _session_id_of(raw: bytes) -> str | None:
+def session_id_of(raw: bytes) -> str | None:
     """The session of a line that failed, so its session's graph is not checked again."""
     if too_deep(raw):  # json.loads would recurse past the stack
         return None

@@ -27,7 +27,8 @@ optionally capped by `concurrency`.
 
 Stops: a literal cap on sent requests, a number of roots, a duration or a stop request (then a
 grace period for what is in flight, then cancellation), an interrupt, or --fail-fast on a child
-error. An optional warmup phase runs first, is waited for, and is not measured.
+error. Warm-up phases run first, are waited for, and are not measured: the dataset's own (its
+graph's warm-up trees, one at a time) and one of `warmup_request_count` requests (`phase.stages`).
 
 The parts it drives are pure too: `phase` (a phase's limits, counts and root arrivals), `runs`
 (one tree run's node and session states, and what ending a node releases), `flights` (credits,
@@ -42,9 +43,18 @@ from collections.abc import Callable, Collection
 
 from dagperf.config import LoadConfig
 from dagperf.engine.flights import Flight, Flights, armed_under, settle_armed
-from dagperf.engine.phase import Arrivals, Phase, PhasePlan, Progress, Slots
+from dagperf.engine.phase import (
+    Arrivals,
+    Phase,
+    PhasePlan,
+    Progress,
+    Rotation,
+    Slots,
+    Stage,
+    stages,
+)
 from dagperf.engine.routing import RendezvousRouter
-from dagperf.engine.runs import NodeState, Templates, TreeRun
+from dagperf.engine.runs import NodeState, TreeRun
 from dagperf.engine.timers import Timers
 from dagperf.graph import RequestGraph
 
@@ -64,21 +74,21 @@ class Dispatcher:
         self._graph = graph
         self._load = load
         self._clock = clock
-        self._templates = Templates(graph.trees)
+        self._trees, self._warmups = Rotation(graph.trees), Rotation(graph.warmup)
         self._arrivals = Arrivals(graph, load)
         concurrency = load.concurrency or (None if self._arrivals.on else 1)
         self._slots = Slots(concurrency, load.concurrency_ramp_up)
         self.router = RendezvousRouter()
         self._flights = Flights(self.router, new_id)
         self._run_ids = 0
-        self._next_tree = 0
         self.failure: str | None = None  # why the run failed, when it did
         self.finished = False
         self._sends: list[Flight] = []
         self._cancels: list[Flight] = []
         self._disarms: list[Flight] = []
         self._retired: list[TreeRun] = []
-        self._start_phase(Phase.WARMUP if load.warmup_request_count else Phase.PROFILING)
+        self._stages = stages(graph, load)
+        self._start_phase(self._stages.popleft())
         self._begun = False
 
     # --- events -----------------------------------------------------------------------------
@@ -207,8 +217,9 @@ class Dispatcher:
 
     # --- phases -----------------------------------------------------------------------------
 
-    def _start_phase(self, phase: Phase) -> None:
-        self._p = PhasePlan(phase, self._graph, self._load, self._next_tree)
+    def _start_phase(self, stage: Stage) -> None:
+        trees = self._warmups if stage.dataset_warmup else self._trees
+        self._p = PhasePlan(stage, self._graph, self._load, trees)
         self.branch_stats = self._p.branch_stats
         self._closed: str | None = None
         self._cancelling = False
@@ -223,8 +234,8 @@ class Dispatcher:
             self._at(step, _RAMP)
         if self._p.phase is Phase.PROFILING and self._load.benchmark_duration:
             self._at(now + self._load.benchmark_duration, _DURATION)
-        if self._arrivals.on:
-            self._arrivals.begin(now, self._next_tree)
+        if self._arrivals.on and not self._p.one_at_a_time:
+            self._arrivals.begin(now, self._p.trees.next)
             self._at(now, _ARRIVAL)
 
     def _advance(self) -> None:
@@ -236,8 +247,8 @@ class Dispatcher:
         if self._inflight or not self._phase_over():
             return
         self._finalize_phase()
-        if self._p.phase is Phase.WARMUP and self.failure is None:
-            self._start_phase(Phase.PROFILING)
+        if self._stages and self.failure is None:
+            self._start_phase(self._stages.popleft())
             self._arm_phase()
             self._advance()
         else:
@@ -276,10 +287,8 @@ class Dispatcher:
 
     def _start_roots(self) -> None:
         while not self._closed and self._p.admit(self._slots.limit, self._arrivals.on):
-            index = self._next_tree
-            self._next_tree = (index + 1) % len(self._templates)
             self._run_ids += 1
-            run = TreeRun(self._run_ids, index, self._templates[index], self._p.phase)
+            run = TreeRun(self._run_ids, *self._p.trees.take(), self._p.phase)
             self._runs[run.id] = run
             for node in run.tree.entry:
                 self._make_ready(run, node)

@@ -4,17 +4,25 @@ A phase starts roots until its root limit (each root once when nothing else boun
 cap on sent requests, or a duration ends it; under `concurrency`, a root holds a slot until its
 last request ends. Roots arrive at once (a closed loop), as a Poisson process at `request_rate`,
 or each at its tree's `start_s` (`fixed_schedule`, relative to the phase's first root).
+
+A run's phases (`stages`): the dataset's own warm-up when its graph has one (each warm-up tree
+once, one at a time, whatever the load: a rag trace's documents, as Veeksha sends them), then a
+warm-up of `warmup_request_count` requests, then the profiling; only the last is measured.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 from dagperf.config import LoadConfig
 from dagperf.engine.branch_stats import BranchStats
-from dagperf.graph import RequestGraph
+from dagperf.engine.runs import Templates, TreeTemplate
+from dagperf.graph import RequestGraph, Tree
 
 
 class Phase(IntEnum):
@@ -24,6 +32,37 @@ class Phase(IntEnum):
     @property
     def label(self) -> str:
         return self.name.lower()
+
+
+class Stage(NamedTuple):
+    """A phase as a run goes through it; `dataset_warmup`: the graph's own warm-up trees."""
+
+    phase: Phase
+    dataset_warmup: bool = False
+
+
+def stages(graph: RequestGraph, load: LoadConfig) -> deque[Stage]:
+    """The phases a run goes through, in order."""
+    out: deque[Stage] = deque()
+    if graph.warmup:
+        out.append(Stage(Phase.WARMUP, dataset_warmup=True))
+    if load.warmup_request_count:
+        out.append(Stage(Phase.WARMUP))
+    out.append(Stage(Phase.PROFILING))
+    return out
+
+
+class Rotation:
+    """Trees taken in turn, wrapping around; `next` carries over from one phase to the next."""
+
+    def __init__(self, trees: Sequence[Tree]):
+        self.templates = Templates(trees)
+        self.next = 0
+
+    def take(self) -> tuple[int, TreeTemplate]:
+        index = self.next
+        self.next = (index + 1) % len(self.templates)
+        return index, self.templates[index]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,28 +79,33 @@ class Progress:
 class PhasePlan:
     """What one phase may start and send, and what it has so far."""
 
-    def __init__(self, phase: Phase, graph: RequestGraph, load: LoadConfig, first_tree: int):
-        self.phase = phase
+    def __init__(self, stage: Stage, graph: RequestGraph, load: LoadConfig, trees: Rotation):
+        self.phase = stage.phase
+        self.trees = trees  # where this phase's roots come from
+        self.one_at_a_time = stage.dataset_warmup
         self.branch_stats = BranchStats()
         self.sent = self.completed = self.errors = 0
         self.skipped = 0  # requests never sent: what they depended on failed
         self.roots_started = self.active_roots = 0
         self.arrivals = 0  # roots that arrived and wait for a slot
-        if phase is Phase.WARMUP:
-            self.cap: int | None = load.warmup_request_count
-            self.roots_limit: int | None = None
+        self.cap: int | None = None
+        self.roots_limit: int | None = None
+        if stage.dataset_warmup:
+            self.roots_limit = len(graph.warmup)
+        elif stage.phase is Phase.WARMUP:
+            self.cap = load.warmup_request_count
         else:
             self.cap = load.request_count
             self.roots_limit = load.num_conversations
             if self.roots_limit is None and self.cap is None and not load.benchmark_duration:
                 self.roots_limit = graph.root_count  # each root once
-        self._planned = self._planned_requests(graph, first_tree)
+        sizes = [len(t.nodes) for t in graph.warmup] if stage.dataset_warmup else graph.shape.sizes
+        self._planned = self._planned_requests(sizes, trees.next)
 
-    def _planned_requests(self, graph: RequestGraph, first_tree: int) -> int | None:
+    def _planned_requests(self, sizes: Sequence[int], first_tree: int) -> int | None:
         """The requests of the roots this phase will start, when it starts a known number."""
         if self.roots_limit is None:
             return None
-        sizes = graph.shape.sizes
         full, rest = divmod(self.roots_limit, len(sizes))
         return full * sum(sizes) + sum(sizes[(first_tree + k) % len(sizes)] for k in range(rest))
 
@@ -88,7 +132,10 @@ class PhasePlan:
         return self.cap is not None and self.sent >= self.cap
 
     def admit(self, concurrency: int | None, arrive: bool) -> bool:
-        """Whether a root may start now (taking its arrival, when roots arrive)."""
+        """Whether a root may start now (taking its arrival, when roots arrive); the dataset's
+        warm-up starts its roots one at a time, as they come."""
+        if self.one_at_a_time:
+            concurrency, arrive = 1, False
         if self.roots_done or (concurrency is not None and self.active_roots >= concurrency):
             return False
         if arrive:

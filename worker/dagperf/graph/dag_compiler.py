@@ -50,7 +50,7 @@ def compile_dag_jsonl(
                 "(SPAWN targets referenced by several parents are sent once per reference)"
             )
             raise DatasetError([Problem(dataset.source, dataset.lines[root], message)])
-    return RequestGraph(dataset.source, _Trees(dataset), shape)
+    return RequestGraph(dataset.source, _Trees(dataset), known=shape)
 
 
 class _Trees(Sequence[Tree]):

@@ -119,10 +119,13 @@ class Shape:
 
 @dataclass(frozen=True)
 class RequestGraph:
-    """Every tree of a dataset; running each once is one full run."""
+    """Every tree of a dataset; running each once is one full run. `warmup`: trees the dataset
+    sends before anything is measured, each once and one at a time (a rag trace's most asked-about
+    documents, to fill the server's prefix cache); they are not in the exports or the counts."""
 
     source: str
     trees: Sequence[Tree]  # may build each tree when it is read, and not keep it
+    warmup: tuple[Tree, ...] = ()
     known: Shape | None = None  # given by a compiler whose trees are built when read
 
     @cached_property

@@ -43,13 +43,16 @@ def compile_sessions(
     source: str,
     sessions: Iterable[SessionSpec],
     loader_mode: ContextMode | None = None,
+    warmup: Iterable[SessionSpec] = (),
 ) -> RequestGraph:
-    """One tree per session, in order. `loader_mode` is the format's default context mode."""
+    """One tree per session, in order. `loader_mode` is the format's default context mode;
+    `warmup` the sessions sent before anything is measured (`RequestGraph.warmup`)."""
     with gc_paused():
         trees = tuple(_tree(spec, loader_mode) for spec in sessions)
+        before = tuple(_tree(spec, loader_mode) for spec in warmup)
     if not trees:
         raise SpecError(f"{source}: no sessions")
-    return RequestGraph(source, trees)
+    return RequestGraph(source, trees, before)
 
 
 def resolve_mode(spec: SessionSpec, loader_mode: ContextMode | None) -> ContextMode:

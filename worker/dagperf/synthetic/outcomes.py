@@ -3,20 +3,26 @@ Veeksha trace generator's file to read as a dataset (`TraceSource`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dagperf.dataset.conversations import Keys
+if TYPE_CHECKING:
+    from dagperf.dataset.mooncake import TraceDataset
+
+TraceReader = Callable[[Iterable[bytes], str], "TraceDataset"]
 
 
 @dataclass(frozen=True, slots=True)
 class TraceSource:
-    """What a Veeksha trace generator names: a file to read as a dataset type (`keys`: the
-    message keys of an untimed_content_multi_turn flavour)."""
+    """What a Veeksha trace generator names: a file to read as a dataset type, and, when its
+    flavour has options (message keys, block size, number of documents), the dataset type's
+    reader given them."""
 
     path: Path
     dataset_type: str
-    keys: Keys | None = None
+    read: TraceReader | None = None
 
 
 class ConfigError(Exception):

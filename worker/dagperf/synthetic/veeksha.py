@@ -12,23 +12,27 @@
 generators), the text channel's body length as each prompt's length and its shared-prefix ratio,
 the text output length as each request's token limit; a length Veeksha would default is given
 Veeksha's default (uniform 6 to 12 tokens), the seed Veeksha's (42). `trace` reads `trace_file`
-with its `flavor` as a dataset type: timed_synthetic_session, request_log and
-untimed_content_multi_turn (with its keys); `wrap_mode` is dagperf's default (roots run again
-while a stop condition wants more). `runtime.max_sessions` is the number of sessions.
+with its `flavor` as a dataset type: timed_synthetic_session, request_log,
+untimed_content_multi_turn (with its keys), shared_prefix (with its `block_size`) and rag (with
+its `num_documents`, shuffled by the config's `seed`); `wrap_mode` is dagperf's default (roots run
+again while a stop condition wants more); a `corpus_file` is dagperf's own corpus.
+`runtime.max_sessions` is the number of sessions of the synthetic generator.
 
 What dagperf takes from its own flags (traffic_scheduler, client, server, evaluators, ...) is
 named in a warning and left out. What dagperf cannot do yet is refused with its path: other
-channels than text, a shared-prefix probability below 1, the lmeval generator, other flavours.
+channels than text, a shared-prefix probability below 1, the lmeval generator, the flavours
+dagperf does not read (sharegpt, audio, seed_tts_text: speech workloads).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
 
 from dagperf.dataset.conversations import Keys
-from dagperf.synthetic.outcomes import ConfigError, TraceSource
+from dagperf.synthetic.outcomes import ConfigError, TraceReader, TraceSource
 
 log = logging.getLogger("dagperf")
 
@@ -41,9 +45,16 @@ VEEKSHA_LENGTH = {"type": "uniform", "min": 6, "max": 12}  # Veeksha's default l
 CHANNEL_FIELDS = {
     "type", "body_length_generator", "shared_prefix_ratio", "shared_prefix_probability"
 }  # fmt: skip
-FLAVORS = ("timed_synthetic_session", "request_log", "untimed_content_multi_turn")
 KEY_FIELDS = {"conversation_column": "column", "role_key": "role", "content_key": "content",
               "user_role_value": "user", "assistant_role_value": "assistant"}  # fmt: skip
+FLAVOR_FIELDS = {  # each flavour dagperf reads, and the options of its Veeksha config
+    "timed_synthetic_session": {"corpus_file", "page_size"},
+    "request_log": {"corpus_file", "page_size"},
+    "untimed_content_multi_turn": set(KEY_FIELDS),
+    "shared_prefix": {"corpus_file", "block_size"},
+    "rag": {"num_documents"},
+}
+VEEKSHA_SEED = 42
 
 
 def is_veeksha(data: Any) -> bool:
@@ -65,7 +76,7 @@ def from_veeksha(
     if kind == "synthetic":
         return _synthetic(generator, data, source)
     if kind == "trace":
-        return _trace(generator, source, base)
+        return _trace(generator, data, source, base)
     if kind == "lmeval":
         raise ConfigError(source, ["session_generator.type: lmeval is not supported yet"])
     raise ConfigError(source, [f"session_generator.type: unknown type {kind!r}: expected one of "
@@ -114,27 +125,28 @@ def _synthetic(gen: dict[str, Any], data: dict[str, Any], source: str) -> dict[s
     prompt["output_length"] = text.get("output_length_generator", VEEKSHA_LENGTH)
     if "session_graph" not in gen:
         raise ConfigError(source, ["session_generator.session_graph: required"])
-    out = {"seed": data.get("seed", 42), "session_graph": gen["session_graph"], "prompt": prompt}
+    out = {
+        "seed": data.get("seed", VEEKSHA_SEED),
+        "session_graph": gen["session_graph"],
+        "prompt": prompt,
+    }
     runtime = _mapping(data.get("runtime", {}), "runtime", source)
     if runtime.get("max_sessions") not in (None, -1):
         out["num_sessions"] = runtime["max_sessions"]
     return out
 
 
-def _trace(gen: dict[str, Any], source: str, base: Path | None) -> TraceSource:
+def _trace(
+    gen: dict[str, Any], data: dict[str, Any], source: str, base: Path | None
+) -> TraceSource:
     _only(gen, {"type", "trace_file", "flavor", "wrap_mode"}, "session_generator", source)
     flavor = _mapping(gen.get("flavor", {"type": "timed_synthetic_session"}),
                       "session_generator.flavor", source)  # fmt: skip
     kind = flavor.get("type")
-    if kind not in FLAVORS:
+    if kind not in FLAVOR_FIELDS:
         raise ConfigError(source, [f"session_generator.flavor.type: {kind!r} is not supported; "
-                                   f"dagperf reads {', '.join(FLAVORS)}"])  # fmt: skip
-    keys = None
-    if kind == "untimed_content_multi_turn":
-        _only(flavor, {"type", *KEY_FIELDS}, "session_generator.flavor", source)
-        keys = Keys(**{KEY_FIELDS[k]: str(v) for k, v in flavor.items() if k in KEY_FIELDS})
-    else:  # dagperf's own corpus stands in for a corpus_file
-        _only(flavor, {"type", "corpus_file", "page_size"}, "session_generator.flavor", source)
+                                   f"dagperf reads {', '.join(FLAVOR_FIELDS)}"])  # fmt: skip
+    _only(flavor, {"type", *FLAVOR_FIELDS[kind]}, "session_generator.flavor", source)
     name = gen.get("trace_file")
     if not isinstance(name, str) or not name:
         raise ConfigError(source, ["session_generator.trace_file: required"])
@@ -143,4 +155,38 @@ def _trace(gen: dict[str, Any], source: str, base: Path | None) -> TraceSource:
         path = (
             base / path
         )  # as Veeksha reads it (from the working directory), else beside the config
-    return TraceSource(path, kind, keys)
+    return TraceSource(path, kind, _reader(kind, flavor, data, source))
+
+
+def _reader(
+    kind: str, flavor: dict[str, Any], data: dict[str, Any], source: str
+) -> TraceReader | None:
+    """The flavour's reader given its options, or None when the dataset type reads it as is."""
+    if kind == "untimed_content_multi_turn":
+        from dagperf.dataset.conversations import read_conversations
+
+        keys = Keys(**{KEY_FIELDS[k]: str(v) for k, v in flavor.items() if k in KEY_FIELDS})
+        return functools.partial(read_conversations, keys=keys)
+    if kind == "shared_prefix":
+        from dagperf.dataset.limits import MAX_PROMPT_TOKENS
+        from dagperf.dataset.mooncake import BLOCK_SIZE
+        from dagperf.dataset.shared_prefix import read_shared_prefix
+
+        size = _whole(flavor.get("block_size", BLOCK_SIZE), "flavor.block_size", source)
+        if not 1 <= size <= MAX_PROMPT_TOKENS:
+            raise ConfigError(source, ["session_generator.flavor.block_size: must be between 1 "
+                                       f"and {MAX_PROMPT_TOKENS:,}, got {size:,}"])  # fmt: skip
+        return functools.partial(read_shared_prefix, block_size=size)
+    if kind == "rag":
+        from dagperf.dataset.rag import NUM_DOCUMENTS, read_rag
+
+        count = _whole(flavor.get("num_documents", NUM_DOCUMENTS), "flavor.num_documents", source)
+        seed = _whole(data.get("seed", VEEKSHA_SEED), "seed", source, "")
+        return functools.partial(read_rag, num_documents=count, seed=seed)
+    return None  # dagperf's own corpus stands in for a corpus_file
+
+
+def _whole(value: Any, path: str, source: str, within: str = "session_generator.") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(source, [f"{within}{path}: expected a whole number, got {value!r}"])
+    return value
