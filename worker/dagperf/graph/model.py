@@ -92,6 +92,9 @@ class RequestGraph:
 
     source: str
     trees: tuple[Tree, ...]
+    # What the workload's own config asks (a Veeksha config's traffic_scheduler says whether a
+    # failure cancels the rest of its session); None when it says nothing. The flag wins.
+    cancel_session_on_failure: bool | None = None
 
     @property
     def root_count(self) -> int:
