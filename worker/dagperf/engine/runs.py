@@ -167,8 +167,8 @@ class TreeRun:
 
     def fail_child(self, s: int, i: int, stats: BranchStats) -> str:
         """Session s failed at node i and fails the run (--fail-fast): its parent's join will
-        never fire, so it counts as failed, not suppressed (unless the run's cancellation
-        counted it already). Returns where, for the message."""
+        never fire, so it counts as failed, not suppressed (unless this failure cancelled the
+        run, whose `_cancel` counts it). Returns where, for the message."""
         session = self.tree.sessions[s]
         stats.parents_failed_due_to_child_error += not self.cancelled
         if session.parent is not None:
