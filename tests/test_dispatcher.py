@@ -690,3 +690,19 @@ def test_a_cancelled_session_graph_drops_the_branch_waiting_out_its_wait():
         h.advance(1.0)
         h.drain()
         assert h.d.finished and h.log == sent
+
+
+def test_with_fail_fast_too_the_run_fails_and_the_parent_is_counted_once():
+    lines = (conv("p", turn(spawns=["a", "b"]), turn()), conv("a"), conv("b"))
+    h = Harness(*lines, fail_fast=True, cancel_session_on_failure=True)
+    h.sent()
+    h.finish("p:0")
+    h.finish("a:0", ok=False)
+    assert h.d.failure.startswith("--fail-fast: child 'a' turn 0 failed")
+    assert h.cancels() == ["b:0"]
+    h.finish("b:0", ok=False, cancelled=True)
+    assert h.d.finished
+    assert h.stats == stats(
+        children_spawned=2, children_errored=1, children_truncated=1, parents_suspended=1,
+        parents_failed_due_to_child_error=1,
+    )  # fmt: skip
