@@ -603,3 +603,139 @@ def test_a_graph_sessions_slot_frees_with_its_last_node_to_end_not_its_last_list
     assert h.finish("s:1") == ["t:0"]
     h.drain()
     assert h.d.finished
+
+
+# --- --cancel-session-on-failure ---------------------------------------------------------------
+
+CANCELLED_TREE = (
+    conv("p", turn(spawns=["a", "b", "c"]), turn(), turn(spawns=["late"])),
+    conv("a", turn(), turn()),
+    conv("b", turn(delay=5000)),
+    conv("c", turn(forks=["f"])),
+    conv("f", turn(), turn()),
+    conv("late"),
+)
+
+
+def test_a_failure_cancels_the_rest_of_its_tree_while_what_flies_finishes():
+    h = Harness(*CANCELLED_TREE, cancel_session_on_failure=True)
+    assert h.sent() == ["p:0"]
+    assert h.finish("p:0") == ["a:0", "c:0"]  # b:0 waits its delay; p:1 is the join
+    assert armed_names(h, h.flying["c:0"]) == ["f:0>f:1"]  # the FORK child, armed with c:0
+    assert h.finish("a:0", ok=False) == []
+    assert h.cancels() == []  # what is in flight is left to finish
+    assert h.disarmed == {"f:0", "f:1"}  # taken back: c:0's worker must not start them
+    assert h.advance(5) == []  # b:0's delay is over: it was dropped
+    assert h.finish("c:0") == []  # the sibling in flight finishes; its FORK never starts
+    assert h.d.finished
+    assert h.log == ["p:0", "a:0", "c:0"]
+    (run,) = h.d.drain_retired()
+    assert run.cancelled and run.unsent() == 7  # a:1, b:0, f:0, f:1, p:1, p:2, late:0
+    progress = h.d.progress()
+    assert (progress.completed, progress.errors, progress.expected) == (3, 1, 3)
+    assert h.stats == stats(
+        children_spawned=2,  # a and c: b, f and late never started
+        children_errored=1,
+        children_completed=1,
+        parents_suspended=1,
+        parents_failed_due_to_child_error=1,  # p waited at its join for a
+    )
+
+
+def test_without_the_option_a_failure_only_skips_what_needs_it():
+    for option in ({}, {"cancel_session_on_failure": False}):
+        h = Harness(*CANCELLED_TREE, **option)
+        h.sent()
+        h.finish("p:0")
+        assert h.finish("a:0", ok=False) == []  # a:1 is skipped, nothing else
+        assert h.advance(5) == ["b:0"]
+        assert h.finish("c:0") == ["f:0"]  # started by its worker
+        h.drain()
+        assert h.d.finished
+        assert sorted(h.log) == ["a:0", "b:0", "c:0", "f:0", "f:1", "late:0", "p:0", "p:1", "p:2"]
+        assert h.stats == stats(
+            children_spawned=5, children_errored=1, children_completed=4,
+            parents_suspended=1, parents_resumed=1,
+        )  # fmt: skip
+
+
+def test_an_armed_node_started_before_its_disarm_arrived_finishes_and_nothing_follows_it():
+    h = Harness(*CANCELLED_TREE, cancel_session_on_failure=True)
+    h.sent()
+    h.finish("p:0")
+    h.finish("a:0", ok=False)
+    c0 = h.flying.pop("c:0")
+    (f0,) = c0.armed
+    assert h.d.complete(c0.credit, True, started=[f0.credit]) is c0  # it raced the disarm
+    assert h.d.drain_sends() == []
+    assert h.d.complete(f0.credit, True) is f0  # in flight, so finished and recorded
+    assert h.d.finished  # f:1, armed with f:0 and not started, is dropped
+    assert h.d.progress().completed == 4
+    assert h.stats["children_spawned"] == 3 and h.stats["children_truncated"] == 1  # f
+
+
+def test_queued_requests_of_a_cancelled_tree_are_dropped():
+    h = Harness(
+        conv("p", turn(spawns=["a", "b", "c"]), turn()), conv("a"), conv("b"), conv("c"),
+        max_inflight=1, cancel_session_on_failure=True,
+    )  # fmt: skip
+    h.sent()
+    assert h.finish("p:0") == ["a:0"]  # b:0 and c:0 wait in the queue for room in flight
+    assert h.finish("a:0", ok=False) == []
+    assert h.d.finished and h.log == ["p:0", "a:0"]
+
+
+def test_a_cancelled_tree_frees_its_slot_for_the_next_root():
+    lines = (
+        conv("r1", turn(spawns=[{"children": ["s"], "join_at": 2}]), turn(), turn()),
+        conv("s", turn(), turn()),
+        conv("r2"),
+    )
+    h = Harness(*lines, concurrency=1, cancel_session_on_failure=True)
+    h.sent()
+    assert h.finish("r1:0") == ["r1:1", "s:0"]
+    assert h.finish("s:0", ok=False) == []  # r1:1 still flies in the slot
+    assert h.finish("r1:1") == ["r2:0"]  # the root has nothing left to send: the slot frees
+    h.drain()
+    assert h.d.finished and h.log == ["r1:0", "r1:1", "s:0", "r2:0"]
+    # without the option, the join is released and the slot waits for it
+    h = Harness(*lines, concurrency=1)
+    h.sent()
+    h.finish("r1:0")
+    assert h.finish("s:0", ok=False) == []
+    assert h.finish("r1:1") == ["r1:2"]
+    assert h.finish("r1:2") == ["r2:0"]
+
+
+def test_a_cancelled_session_graph_drops_the_branch_waiting_out_its_wait():
+    """A Veeksha session is one tree: a failed branch stops the branches beside it that have not
+    gone out, even one already released and waiting out its wait_after_ready."""
+    graph = sessions(
+        spec("d", gnode("top"), gnode("a", (0,), 0), gnode("b", (0,), None, 1.0),
+             gnode("c", (0,)), gnode("m", (1, 3), 1))
+    )  # fmt: skip
+    for cancel, sent in ((True, ["d:0", "d:1", "d:3"]), (False, ["d:0", "d:1", "d:3", "d:2"])):
+        h = Harness(graph=graph, cancel_session_on_failure=cancel)
+        h.sent()
+        assert h.finish("d:0") == ["d:1", "d:3"]  # d:2 waits its second
+        assert h.finish("d:1", ok=False) == []
+        assert h.finish("d:3") == []  # m needs a: skipped either way
+        h.advance(1.0)
+        h.drain()
+        assert h.d.finished and h.log == sent
+
+
+def test_with_fail_fast_too_the_run_fails_and_the_parent_is_counted_once():
+    lines = (conv("p", turn(spawns=["a", "b"]), turn()), conv("a"), conv("b"))
+    h = Harness(*lines, fail_fast=True, cancel_session_on_failure=True)
+    h.sent()
+    h.finish("p:0")
+    h.finish("a:0", ok=False)
+    assert h.d.failure.startswith("--fail-fast: child 'a' turn 0 failed")
+    assert h.cancels() == ["b:0"]
+    h.finish("b:0", ok=False, cancelled=True)
+    assert h.d.finished
+    assert h.stats == stats(
+        children_spawned=2, children_errored=1, children_truncated=1, parents_suspended=1,
+        parents_failed_due_to_child_error=1,
+    )  # fmt: skip

@@ -271,7 +271,7 @@ LOAD_SAMPLES = {
     "concurrency": 3, "request_rate": 2.5, "fixed_schedule": False, "request_count": 70,
     "num_conversations": 5, "benchmark_duration": 12.5, "benchmark_grace_period": 4.0,
     "warmup_request_count": 2, "max_inflight": 9, "fail_fast": True, "random_seed": 42,
-    "arrival_cv": 1.5, "concurrency_ramp_up": 2.0,
+    "arrival_cv": 1.5, "concurrency_ramp_up": 2.0, "cancel_session_on_failure": True,
 }  # fmt: skip
 
 

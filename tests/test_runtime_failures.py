@@ -4,7 +4,9 @@ and whatever happens, the run leaves no process and no socket behind."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import random
 import signal
 import tempfile
 import time
@@ -23,6 +25,7 @@ from runs import (
     finish,
     free_port,
     profile,
+    read_jsonl,
     serving,
     start_profile,
 )
@@ -105,6 +108,64 @@ async def test_fail_fast_from_the_environment(tmp_path, monkeypatch):
     async with running_simulator(RECORDING) as sim:
         run = await profile(sim, tmp_path, lines)
     assert run.returncode == 1 and "--fail-fast" in run.stderr
+
+
+def first_passes_then_one_of_two_fails(rate: float) -> int:
+    """A seed for the simulator's injected errors (drawn from random.Random(seed), one draw per
+    request in the order they arrive) that lets the first request through and fails exactly one
+    of the next two, whichever arrives first."""
+    for seed in itertools.count():
+        draws = random.Random(seed)
+        first, second, third = (draws.random() < rate for _ in range(3))
+        if not first and second != third:
+            return seed
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "default"])
+async def test_cancel_session_on_failure_sends_nothing_more_of_the_failed_tree(tmp_path, cancel):
+    """p spawns a, c and b (b after a delay) and joins them; the simulator fails one of a:0 and
+    c:0 while the other is still being answered. Cancelled, the tree sends nothing more: not the
+    survivor's next turn (armed with it), not the delayed b:0, not the join; the survivor's
+    reply is still recorded, and the session export accounts for the four never sent."""
+    rate = 0.5
+    seed = first_passes_then_one_of_two_fails(rate)
+    config = RECORDING.model_copy(update={"ttft_ms": 600, "error_rate": rate, "seed": seed})
+    lines = [
+        conv("p", turn(spawns=["a", "c", "b"]), turn()),
+        conv("a", turn(), turn()),
+        conv("c", turn(), turn()),
+        conv("b", turn(delay=1500)),
+    ]
+    flags = ["--cancel-session-on-failure"] if cancel else []
+    async with running_simulator(config) as sim:
+        run = await profile(sim, tmp_path, lines, *flags)
+    assert run.returncode == 0, run.stderr
+    served = {name: run.server(name).status for name in ("p:0", "a:0", "c:0")}
+    (failed,) = [name for name in ("a:0", "c:0") if served[name] == 500]
+    assert served["p:0"] == 200, served  # the seed's premise: p:0 passes, one child fails
+    survivor = "c" if failed == "a:0" else "a"
+    assert run.one(f"{survivor}:0")["error"] is None  # answered after the failure, recorded
+    (session,) = read_jsonl(run.directory / "session_export.jsonl")
+    if cancel:
+        assert sorted(run.sent_order()) == ["a:0", "c:0", "p:0"]
+        assert len(run.served) == 3  # and nothing else reached the server
+        assert (session["status"], session["complete"], session["good"]) == (
+            "cancelled", False, False,
+        )  # fmt: skip
+        assert (session["request_count"], session["cancelled_count"]) == (3, 4)
+        assert run.summary["cancelled_session_count"]["avg"] == 1
+        assert run.summary["cancelled_request_count"]["avg"] == 4
+        assert run.summary["session_count"]["avg"] == 0  # a cancelled session is not timed
+        assert run.branch_stats == stats(
+            children_spawned=2, children_errored=1, children_truncated=1,  # the survivor
+            parents_suspended=1, parents_failed_due_to_child_error=1,
+        )  # fmt: skip
+    else:  # only the failed child's next turn is skipped
+        expected = ["a:0", "a:1", "b:0", "c:0", "c:1", "p:0", "p:1"]
+        assert sorted(run.sent_order()) == [n for n in expected if n != f"{failed[0]}:1"]
+        assert (session["status"], session["cancelled_count"]) == ("complete", 0)
+        assert "cancelled_session_count" not in run.summary
 
 
 async def test_a_refused_connection_is_an_error_record(tmp_path):

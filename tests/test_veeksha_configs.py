@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dagperf.config import LoadConfig
 from dagperf.dataset import DatasetError
-from dagperf.sources import synthetic_graph
+from dagperf.sources import resolve_cancel, synthetic_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,3 +123,37 @@ def test_what_dagperf_cannot_do_is_refused_with_its_path(tmp_path, generator, sa
 def test_a_key_veeksha_does_not_have_is_unknown(tmp_path):
     with pytest.raises(DatasetError, match="trafic_scheduler: unknown field"):
         graph_of(tmp_path, {"trafic_scheduler": {}, "session_generator": {"type": "synthetic"}})
+
+
+def test_a_failure_cancels_its_session_as_in_veeksha_unless_the_config_or_the_flag_says_not(
+    tmp_path,
+):
+    one = {"type": "synthetic", "session_graph": {"type": "single_request"}}
+    default = graph_of(tmp_path, {"session_generator": one})
+    off = graph_of(tmp_path, {"session_generator": one, "traffic_scheduler": {
+        "type": "concurrent", "cancel_session_on_failure": False}})  # fmt: skip
+    (tmp_path / "log.csv").write_text("input_length,output_length\n30,5\n")
+    trace = {"type": "trace", "trace_file": "log.csv", "flavor": {"type": "request_log"}}
+    traced = graph_of(tmp_path, {"session_generator": trace, "traffic_scheduler": None})
+    own = graph_of(tmp_path, {"session_graph": {"type": "single_request"}})
+    assert [g.cancel_session_on_failure for g in (default, off, traced, own)] == [
+        True, False, True, None,
+    ]  # fmt: skip
+    # the session config's word is the default; the flag, either way, wins
+    assert resolve_cancel(LoadConfig(), default).cancel_session_on_failure is True
+    assert resolve_cancel(LoadConfig(), off).cancel_session_on_failure is False
+    assert resolve_cancel(LoadConfig(), own).cancel_session_on_failure is False
+    flag_off = LoadConfig(cancel_session_on_failure=False)
+    assert resolve_cancel(flag_off, default).cancel_session_on_failure is False
+    flag_on = LoadConfig(cancel_session_on_failure=True)
+    assert resolve_cancel(flag_on, off).cancel_session_on_failure is True
+
+
+def test_cancel_session_on_failure_must_be_true_or_false(tmp_path):
+    config = {"session_generator": {"type": "synthetic", "session_graph": LINEAR},
+              "traffic_scheduler": {"cancel_session_on_failure": "yes"}}  # fmt: skip
+    with pytest.raises(DatasetError) as caught:
+        graph_of(tmp_path, config)
+    assert "traffic_scheduler.cancel_session_on_failure: expected true or false, got 'yes'" in str(
+        caught.value
+    )

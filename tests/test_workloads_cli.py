@@ -137,3 +137,31 @@ def test_dagperf_health_fails_a_crafted_early_child_and_says_why(tmp_path):
     assert "FAIL  intra-session arrival" in result.stdout
     report = json.loads((out / "health_check.json").read_text())
     assert report["passed"] is False and report["checks"][0]["details"]["early"] == 1
+
+
+def test_a_veeksha_config_cancels_a_failed_session_as_veeksha_does_unless_told_not_to(tmp_path):
+    """The built-in simulator fails every request: each session's first turn fails. A Veeksha
+    config cancels the rest of its session by default (Veeksha's), and the export says so;
+    --no-cancel-session-on-failure overrides it (the later turns are skipped all the same,
+    since each needs the failed one, but nothing is cancelled)."""
+    config = tmp_path / "veeksha.yaml"
+    config.write_text(
+        "session_generator:\n  type: synthetic\n  session_graph:\n    type: linear\n"
+        "    num_request_generator: {type: fixed, value: 3}\n"
+        "traffic_scheduler: {type: concurrent}\nruntime: {max_sessions: 2}\n"
+    )
+    for flags, cancelled in (([], True), (["--no-cancel-session-on-failure"], False)):
+        out = tmp_path / f"run-{cancelled}"
+        args = ["--session-config", str(config), "--artifact-dir", str(out), "--quiet"]
+        result = dagperf("profile", *args, "--sim-error-rate", "1", "--sim-ttft-ms", "1", *flags)
+        assert result.returncode == 3, result.stderr  # every request failed
+        summary = json.loads((out / "profile_export_aiperf.json").read_text())
+        assert summary["dagperf_config"]["load"]["cancel_session_on_failure"] is cancelled
+        lines = (out / "session_export.jsonl").read_text().splitlines()
+        sessions = [json.loads(line) for line in lines]
+        assert [(s["request_count"], s["error_count"]) for s in sessions] == [(1, 1)] * 2
+        if cancelled:
+            assert [(s["status"], s["cancelled_count"]) for s in sessions] == [("cancelled", 2)] * 2
+            assert summary["cancelled_request_count"]["avg"] == 4
+        else:
+            assert [(s["status"], s["cancelled_count"]) for s in sessions] == [("complete", 0)] * 2

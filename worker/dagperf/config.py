@@ -102,6 +102,13 @@ class LoadConfig(BaseModel):
         default=False,
         description="Cancel all pending and in-flight work on the first child error.",
     )
+    cancel_session_on_failure: bool | None = Field(
+        default=None,
+        description="When a request fails, send nothing more of its session (a root with its "
+        "FORK and SPAWN children): what waits is dropped, what is in flight finishes, and the "
+        "session is exported as cancelled (Veeksha's cancel_session_on_failure). Default: off, "
+        "or what a Veeksha --session-config says (Veeksha's default: on).",
+    )
     random_seed: int | None = Field(default=None, description="Seed for request arrival times.")
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ A dataset file has a type (`--custom-dataset-type`); a synthetic workload is a s
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -111,12 +112,18 @@ def _generated(source: str, read: Callable[[], Any]) -> RequestGraph:
         config = read()
     except ConfigError as e:
         raise DatasetError([Problem(e.source, None, p) for p in e.problems]) from None
+    cancel = config.cancel_session_on_failure  # the config's own word on the load
     if isinstance(config, TraceSource):  # a Veeksha trace generator: its file, by its flavour
         if config.read is None:
-            return load_graph(config.path, config.dataset_type)
-        read_trace = config.read
-        return load_file(config.path, lambda lines, src: _from_trace(src, read_trace(lines, src)))
-    return _compile(source, generate_sessions(config), None)
+            graph = load_graph(config.path, config.dataset_type)
+        else:
+            read_trace = config.read
+            graph = load_file(
+                config.path, lambda lines, src: _from_trace(src, read_trace(lines, src))
+            )
+    else:
+        graph = _compile(source, generate_sessions(config), None)
+    return dataclasses.replace(graph, cancel_session_on_failure=cancel)
 
 
 def timed(graph: RequestGraph) -> bool:
@@ -133,6 +140,15 @@ def resolve_schedule(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
     if load.fixed_schedule and not timed(graph):
         raise ValueError("--fixed-schedule needs a start time for every session (trace timestamps)")
     return load
+
+
+def resolve_cancel(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
+    """--[no-]cancel-session-on-failure, or else what the session config says, or else off."""
+    if load.cancel_session_on_failure is not None:
+        return load
+    return load.model_copy(
+        update={"cancel_session_on_failure": bool(graph.cancel_session_on_failure)}
+    )
 
 
 def summary(graph: RequestGraph) -> dict[str, int]:

@@ -22,7 +22,13 @@ from dagperf.dataset import DatasetError
 from dagperf.fetch import FetchError, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
-from dagperf.sources import FILE_TYPES, load_graph, resolve_schedule, synthetic_graph
+from dagperf.sources import (
+    FILE_TYPES,
+    load_graph,
+    resolve_cancel,
+    resolve_schedule,
+    synthetic_graph,
+)
 
 FLAG_OF_FIELD = {"backend_headers": "backend_header"}  # a list field of a repeatable flag
 DATASET_TYPES = tuple(FILE_TYPES)
@@ -257,7 +263,7 @@ def graph_and_load(
     if graph is None:
         return None
     try:
-        load = resolve_schedule(_default_stop(load, graph), graph)
+        load = resolve_cancel(resolve_schedule(_default_stop(load, graph), graph), graph)
     except ValueError as e:
         parser.error(str(e))
     return graph, load

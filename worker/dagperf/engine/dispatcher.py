@@ -29,6 +29,8 @@ Stops: a literal cap on sent requests, a number of roots, a duration or a stop r
 grace period for what is in flight, then cancellation), an interrupt, or --fail-fast on a child
 error. Warm-up phases run first, are waited for, and are not measured: the dataset's own (its
 graph's warm-up trees, one at a time) and one of `warmup_request_count` requests (`phase.stages`).
+A failure can also stop one tree only (--cancel-session-on-failure: `runs`); the armed nodes its
+other flights carry are disarmed here.
 
 The parts it drives are pure too: `phase` (a phase's limits, counts and root arrivals), `runs`
 (one tree run's node and session states, and what ending a node releases), `flights` (credits,
@@ -42,7 +44,7 @@ from collections import deque
 from collections.abc import Callable, Collection
 
 from dagperf.config import LoadConfig
-from dagperf.engine.flights import Flight, Flights, armed_under, settle_armed
+from dagperf.engine.flights import Flight, Flights, armed_in, armed_under, settle_armed
 from dagperf.engine.phase import (
     Arrivals,
     Phase,
@@ -288,7 +290,8 @@ class Dispatcher:
     def _start_roots(self) -> None:
         while not self._closed and self._p.admit(self._slots.limit, self._arrivals.on):
             self._run_ids += 1
-            run = TreeRun(self._run_ids, *self._p.trees.take(), self._p.phase)
+            cancel = bool(self._load.cancel_session_on_failure)
+            run = TreeRun(self._run_ids, *self._p.trees.take(), self._p.phase, cancel)
             self._runs[run.id] = run
             for node in run.tree.entry:
                 self._make_ready(run, node)
@@ -341,20 +344,18 @@ class Dispatcher:
 
     def _end(self, run: TreeRun, first: int, state: NodeState, cancelled: bool = False) -> None:
         ending = run.end(first, state, cancelled, self._p.branch_stats)
+        if ending.cancelled and NodeState.ARMED in run.nodes:  # with its other flights
+            self._disarms.extend(armed_in(run, self._inflight.values()))
         self._p.skipped += ending.skipped
         self._p.active_roots -= ending.root_ended
-        if ending.failed_child is not None:
-            self._fail_fast(run, *ending.failed_child)
+        if ending.failed_child is not None and self._load.fail_fast and self.failure is None:
+            where = run.fail_child(*ending.failed_child, self.branch_stats)
+            self._fail(f"--fail-fast: child {where} failed; cancelling the run")
         for j in ending.ready:
             self._make_ready(run, j)
         if not run.open and run.id in self._runs:
             del self._runs[run.id]
             self._retired.append(run)
-
-    def _fail_fast(self, run: TreeRun, s: int, i: int) -> None:
-        if self.failure is None and self._load.fail_fast:
-            where = run.fail_child(s, i, self.branch_stats)
-            self._fail(f"--fail-fast: child {where} failed; cancelling the run")
 
     def _at(self, due: float, kind: int, run: TreeRun | None = None, node: int = -1) -> None:
         self._timers.at(due, kind, run, node)

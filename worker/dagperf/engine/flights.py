@@ -7,7 +7,7 @@ node, and the worker starts it the moment that node succeeds, with no round trip
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from dagperf.engine.phase import Phase
@@ -104,3 +104,8 @@ def armed_under(flight: Flight) -> list[Flight]:
         out.append(armed)
         stack.extend(reversed(armed.armed))
     return out
+
+
+def armed_in(run: TreeRun, flights: Iterable[Flight]) -> list[Flight]:
+    """Every flight armed under those of `flights` that belong to `run`."""
+    return [armed for flight in flights if flight.run is run for armed in armed_under(flight)]

@@ -2,6 +2,14 @@
 
 The tree itself is shared and immutable; a run copies one dependency counter per node and keeps
 one state byte per node and per session, so starting a run costs a list copy, not a rebuild.
+
+A failed request skips what needs it, and a join waits for its children however they end. Under
+--cancel-session-on-failure (Veeksha's `cancel_session_on_failure`, where a session is what
+dagperf calls a tree) the first failed request cancels its whole run instead: every node not yet
+on the wire is skipped at once, wherever it waits (dependencies, its delay, the send queue), so
+no join fires and no child starts; what is in flight still ends and is recorded, and nodes armed
+with it are taken back by the dispatcher. The run ends when its last flight does, and its root's
+load slot frees when the root has nothing left in flight.
 """
 
 from __future__ import annotations
@@ -96,10 +104,13 @@ class Ending(NamedTuple):
     skipped: int  # nodes skipped because what they needed failed
     root_ended: bool  # the root session's last node ended: its load slot frees
     failed_child: tuple[int, int] | None  # (session, node) of a child that failed: --fail-fast
+    cancelled: bool  # this ending cancelled the run: its armed nodes must be taken back
 
 
 class TreeRun:
     __slots__ = (
+        "cancel_on_failure",
+        "cancelled",
         "correlation",
         "id",
         "index",
@@ -116,12 +127,21 @@ class TreeRun:
         "workers",
     )
 
-    def __init__(self, run_id: int, index: int, template: TreeTemplate, phase: int):
+    def __init__(
+        self,
+        run_id: int,
+        index: int,
+        template: TreeTemplate,
+        phase: int,
+        cancel_on_failure: bool = False,
+    ):
         tree = template.tree
         self.id = run_id
         self.index = index  # which tree of the graph
         self.template = template
         self.phase = phase
+        self.cancel_on_failure = cancel_on_failure
+        self.cancelled = False  # a failed request cancelled the rest (cancel_on_failure)
         self.waiting = list(template.waiting)
         self.nodes = bytearray(len(tree.nodes))
         self.sessions = bytearray(len(tree.sessions))
@@ -173,9 +193,10 @@ class TreeRun:
 
     def fail_child(self, s: int, i: int, stats: BranchStats) -> str:
         """Session s failed at node i and fails the run (--fail-fast): its parent's join will
-        never fire, so it counts as failed, not suppressed. Returns where, for the message."""
+        never fire, so it counts as failed, not suppressed (unless this failure cancelled the
+        run, whose `_cancel` counts it). Returns where, for the message."""
         session = self.tree.sessions[s]
-        stats.parents_failed_due_to_child_error += 1
+        stats.parents_failed_due_to_child_error += not self.cancelled
         if session.parent is not None:
             parent = self.tree.sessions[session.parent]
             self.suspended -= set(range(parent.first_node, parent.last_node + 1))
@@ -201,7 +222,10 @@ class TreeRun:
         skipped = 0
         root_ended = False
         failed_child = None
-        stack = [(first, state)]
+        cancelling = state == NodeState.FAILED and self.cancel_on_failure and not cancelled
+        cancelling = cancelling and not self.cancelled
+        stack = self._cancel(first, stats) if cancelling else []
+        stack.append((first, state))  # on top: the failed session settles as errored first
         while stack:
             i, state = stack.pop()
             self.nodes[i] = state
@@ -211,14 +235,16 @@ class TreeRun:
             node = tree.nodes[i]
             self.session_open[node.session] -= 1
             ended = not self.session_open[node.session]
-            if self.settle_session(node.session, state, cancelled, ended, stats):
+            cut = cancelled or (self.cancelled and i != first)  # cut short, not errored
+            if self.settle_session(node.session, state, cut, ended, stats):
                 failed_child = failed_child or (node.session, i)
             root_ended = root_ended or (node.session == 0 and ended)
             for j in node.dependents:
                 if self.nodes[j] != NodeState.PENDING:
                     continue
                 waiter = tree.nodes[j]
-                if state != NodeState.OK and i not in waiter.join_deps:
+                if self.cancelled or (state != NodeState.OK and i not in waiter.join_deps):
+                    self.nodes[j] = NodeState.SKIPPED  # now: a later path to it must not add it
                     stack.append((j, NodeState.SKIPPED))
                     continue
                 self.waiting[j] -= 1
@@ -227,7 +253,32 @@ class TreeRun:
                 elif state == NodeState.OK and waiter.session == node.session and waiter.join_deps:
                     self.suspended.add(j)  # the parent reached its join; children still running
                     stats.parents_suspended += 1
-        return Ending(ready, skipped, root_ended, failed_child)
+        return Ending(ready, skipped, root_ended, failed_child, cancelling)
+
+    def _cancel(self, failed: int, stats: BranchStats) -> list[tuple[int, NodeState]]:
+        """Node `failed` failed and cancels the run: every node waiting to be sent (pending,
+        or ready behind its delay or in the send queue) is skipped, marked now so a queue or a
+        timer that still holds it passes it by. No join fires: the failed child's parent, if
+        it had more to send, fails with it; any other parent waiting at a join is suppressed."""
+        self.cancelled = True
+        sessions = self.tree.sessions
+        parent = sessions[self.tree.nodes[failed].session].parent
+        if parent is not None and self.session_open[parent]:
+            stats.parents_failed_due_to_child_error += 1
+            self.suspended -= set(
+                range(sessions[parent].first_node, sessions[parent].last_node + 1)
+            )
+        stats.joins_suppressed += len(self.suspended)
+        self.suspended.clear()
+        waiting = [i for i, s in enumerate(self.nodes) if s <= NodeState.READY]
+        for i in waiting:
+            self.nodes[i] = NodeState.SKIPPED
+        return [(i, NodeState.SKIPPED) for i in waiting]
+
+    def unsent(self) -> int:
+        """Nodes that ended without being sent (a dependency failed, or the run was
+        cancelled)."""
+        return self.nodes.count(NodeState.SKIPPED)
 
     def unpin(self, worker: str) -> list[int]:
         """`worker` is lost, and the histories it held: unpin its routes and return the nodes

@@ -127,6 +127,9 @@ class RequestGraph:
     trees: Sequence[Tree]  # may build each tree when it is read, and not keep it
     warmup: tuple[Tree, ...] = ()
     known: Shape | None = None  # given by a compiler whose trees are built when read
+    # What the workload's own config asks (a Veeksha config's traffic_scheduler says whether a
+    # failure cancels the rest of its session); None when it says nothing. The flag wins.
+    cancel_session_on_failure: bool | None = None
 
     @cached_property
     def shape(self) -> Shape:

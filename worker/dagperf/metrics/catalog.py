@@ -62,6 +62,8 @@ SESSION = _table(
     ("session_count", "sessions", "Session Count"),
     ("good_session_count", "sessions", "Good Session Count"),
     ("session_goodput", "sessions/sec", "Session Goodput"),
+    ("cancelled_session_count", "sessions", "Cancelled Session Count"),
+    ("cancelled_request_count", "requests", "Cancelled Request Count"),
 )
 
 #: Metrics a --goodput objective may name: True when the objective is a ceiling (lower is

@@ -4,7 +4,9 @@ For every tree run of the profiling phase: its duration from the first request i
 last reply, its requests and errors, whether every request was good (no error, and within each
 `--goodput` objective: a session with one bad turn is not good), and its critical path
 (`critical_path`). Each becomes a line of `session_export.jsonl` when the run ends; a run cut
-short by a stop is written too, marked incomplete, and left out of the statistics.
+short by a stop is written too, marked incomplete, and left out of the statistics, as is one a
+failed request cancelled (--cancel-session-on-failure), marked cancelled with the number of its
+requests never sent: sent and cancelled add up to the tree, so no request goes unaccounted for.
 
 A run is held only while it is in flight (`per_run`): a few numbers per request sent.
 """
@@ -40,6 +42,8 @@ class SessionMetrics:
         self.count = 0
         self.good = 0
         self.incomplete = 0
+        self.cancelled = 0
+        self.cancelled_requests = 0  # never sent: their session was cancelled
         self._server = self._dispatch = self._delay = self._join_wait = 0
         self._slowest: list[tuple[float, int, dict[str, Any]]] = []  # a min-heap of the slowest
 
@@ -60,8 +64,10 @@ class SessionMetrics:
         times = {r.node: r.timing for r in requests}
         start = min(t.issued_ns for t in times.values())
         end = max(t.end_ns for t in times.values())
-        complete = retired and SessionState.TRUNCATED not in run.sessions
+        complete = retired and not run.cancelled and SessionState.TRUNCATED not in run.sessions
         complete = complete and all(s >= NodeState.OK for s in run.nodes)
+        status = "cancelled" if run.cancelled else "complete" if complete else "incomplete"
+        cancelled = run.unsent() if run.cancelled else 0
         path = critical_path(run.tree, times, start)
         good = complete and not any(r.bad for r in requests)
         duration_ms = (end - start) / 1e6
@@ -75,9 +81,15 @@ class SessionMetrics:
             "error_count": sum(r.error for r in requests),
             "good": good,
             "complete": complete,
+            "status": status,
+            "cancelled_count": cancelled,
             "critical_path": None if path is None else path.as_dict(),
         }
         self._write(line)
+        if run.cancelled:
+            self.cancelled += 1
+            self.cancelled_requests += cancelled
+            return
         if not complete:
             self.incomplete += 1
             return
@@ -124,6 +136,9 @@ class SessionMetrics:
             }
         if self.incomplete:
             out["incomplete_session_count"] = {"unit": "sessions", "avg": self.incomplete}
+        if self.cancelled:
+            out["cancelled_session_count"] = {"unit": "sessions", "avg": self.cancelled}
+            out["cancelled_request_count"] = {"unit": "requests", "avg": self.cancelled_requests}
         return out
 
 

@@ -111,6 +111,12 @@ class SessionConfig(_Model):
     context_mode: ContextMode | None = Field(
         default=None, strict=False, description="How history is built; see ContextMode."
     )
+    cancel_session_on_failure: bool | None = Field(
+        default=None,
+        description="Whether a failed request cancels the rest of its session (Veeksha's "
+        "traffic_scheduler.cancel_session_on_failure); --cancel-session-on-failure wins. "
+        "Default: the flag's default, off.",
+    )
 
     @field_validator("context_mode")
     @classmethod

@@ -23,6 +23,7 @@ class TraceSource:
     path: Path
     dataset_type: str
     read: TraceReader | None = None
+    cancel_session_on_failure: bool | None = None  # the config's traffic_scheduler says
 
 
 class ConfigError(Exception):

@@ -19,15 +19,18 @@ again while a stop condition wants more); a `corpus_file` is dagperf's own corpu
 `runtime.max_sessions` is the number of sessions of the synthetic generator.
 
 What dagperf takes from its own flags (traffic_scheduler, client, server, evaluators, ...) is
-named in a warning and left out. What dagperf cannot do yet is refused with its path: other
-channels than text, a shared-prefix probability below 1, the lmeval generator, the flavours
-dagperf does not read (sharegpt, audio, seed_tts_text: speech workloads).
+named in a warning and left out, but for `traffic_scheduler.cancel_session_on_failure`: a failed
+request cancels the rest of its session unless it says false (Veeksha's default is true), and
+--[no-]cancel-session-on-failure still wins. What dagperf cannot do yet is refused with its
+path: other channels than text, a shared-prefix probability below 1, the lmeval generator, the
+flavours dagperf does not read (sharegpt, audio, seed_tts_text: speech workloads).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,14 +72,16 @@ def from_veeksha(
     if unknown:
         raise ConfigError(source, [f"{key}: unknown field" for key in unknown])
     if ignored := sorted(set(data) & FLAG_SECTIONS):
-        log.warning("%s: %s left out: dagperf takes them from its flags (--url, --concurrency, "
-                    "--request-rate, ...)", source, ", ".join(ignored))  # fmt: skip
+        but = " (but traffic_scheduler.cancel_session_on_failure)" * ("traffic_scheduler" in data)
+        log.warning("%s: %s left out%s: dagperf takes them from its flags (--url, --concurrency, "
+                    "--request-rate, ...)", source, ", ".join(ignored), but)  # fmt: skip
+    cancel = _cancel_on_failure(data.get("traffic_scheduler") or {}, source)
     generator = _mapping(data["session_generator"], "session_generator", source)
     kind = generator.get("type")
     if kind == "synthetic":
-        return _synthetic(generator, data, source)
+        return _synthetic(generator, data, source) | {"cancel_session_on_failure": cancel}
     if kind == "trace":
-        return _trace(generator, data, source, base)
+        return replace(_trace(generator, data, source, base), cancel_session_on_failure=cancel)
     if kind == "lmeval":
         raise ConfigError(source, ["session_generator.type: lmeval is not supported yet"])
     raise ConfigError(source, [f"session_generator.type: unknown type {kind!r}: expected one of "
@@ -86,6 +91,17 @@ def from_veeksha(
 def _mapping(value: Any, path: str, source: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(source, [f"{path}: expected a mapping"])
+    return value
+
+
+def _cancel_on_failure(traffic: Any, source: str) -> bool:
+    """Whether a failed request cancels the rest of its session: Veeksha's default is true."""
+    value = _mapping(traffic, "traffic_scheduler", source).get("cancel_session_on_failure", True)
+    if not isinstance(value, bool):
+        raise ConfigError(
+            source, [f"traffic_scheduler.cancel_session_on_failure: expected true or false, got "
+                     f"{value!r}"]
+        )  # fmt: skip
     return value
 
 
