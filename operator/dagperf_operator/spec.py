@@ -167,6 +167,8 @@ class Dataset(_Model):
         "raw_payload",
         "request_log",
         "untimed_content_multi_turn",
+        "random_pool",
+        "sharegpt",
         "session_config",
     ] = Field(
         default="dag_jsonl",

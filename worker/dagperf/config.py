@@ -102,7 +102,9 @@ class LoadConfig(BaseModel):
         default=False,
         description="Cancel all pending and in-flight work on the first child error.",
     )
-    random_seed: int | None = Field(default=None, description="Seed for request arrival times.")
+    random_seed: int | None = Field(
+        default=None, description="Seed for request arrival times and random_pool draws."
+    )
 
     @model_validator(mode="after")
     def _one_arrival_process(self) -> LoadConfig:
