@@ -18,7 +18,14 @@ from dagperf.sources import FILE_TYPES, load_graph
 from runs import finish, spawn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from aiperf_fixtures import CASES, FIXTURES, INPUTS, without_replies
+from aiperf_fixtures import (
+    CASES,
+    FIXTURES,
+    INPUTS,
+    conversations_in,
+    tokenizer_json,
+    without_replies,
+)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -26,11 +33,16 @@ async def test_the_same_input_sends_what_aiperf_sent(name, tmp_path):
     fixture = json.loads((FIXTURES / f"{name}.json").read_text())
     kind, input_name = CASES[name]
     assert (fixture["type"], fixture["input"]) == (kind, input_name)
+    data = INPUTS / input_name
+    # ShareGPT's lengths: the tokenizer AIPerf counted with (and the records it dropped mean
+    # the kept ones run again to make up the count, in both tools)
+    counted = ["--tokenizer", str(tokenizer_json(tmp_path))] if kind == "sharegpt" else []
     async with running_simulator(SimConfig(model="m", record_bodies=True)) as sim:
         directory = tmp_path / "artifacts"
         process = await spawn(
-            "profile", "--input-file", str(INPUTS / input_name), "--custom-dataset-type", kind,
+            "profile", "--input-file", str(data), "--custom-dataset-type", kind,
             "--url", sim.url, "--model", "m", "--concurrency", "1",
+            "--num-conversations", str(conversations_in(kind, data)), *counted,
             "--artifact-dir", str(directory), "--quiet",
         )  # fmt: skip
         run = await finish(process, directory, sim)
@@ -98,7 +110,7 @@ def test_raw_payload_rows_need_messages_with_roles_and_a_chat_endpoint(tmp_path)
     empty.mkdir()
     with pytest.raises(DatasetError, match=r"a directory without \*\.jsonl files"):
         load_graph(empty, "raw_payload")
-    with pytest.raises(DatasetError, match="a directory; only raw_payload reads one"):
+    with pytest.raises(DatasetError, match="a directory; only raw_payload and random_pool read"):
         load_graph(INPUTS / "raw_payload_dir", "dag_jsonl")
     done = subprocess.run(
         [sys.executable, "-m", "dagperf", "profile", "--input-file",

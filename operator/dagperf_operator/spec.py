@@ -169,6 +169,8 @@ class Dataset(_Model):
         "untimed_content_multi_turn",
         "shared_prefix",
         "rag",
+        "random_pool",
+        "sharegpt",
         "session_config",
     ] = Field(
         default="dag_jsonl",

@@ -109,7 +109,9 @@ class LoadConfig(BaseModel):
         "session is exported as cancelled (Veeksha's cancel_session_on_failure). Default: off, "
         "or what a Veeksha --session-config says (Veeksha's default: on).",
     )
-    random_seed: int | None = Field(default=None, description="Seed for request arrival times.")
+    random_seed: int | None = Field(
+        default=None, description="Seed for request arrival times and random_pool draws."
+    )
 
     @model_validator(mode="after")
     def _one_arrival_process(self) -> LoadConfig:

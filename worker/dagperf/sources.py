@@ -10,14 +10,38 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from dagperf.config import LoadConfig
 from dagperf.dataset.loader import DatasetError, Problem, load_file, parse_stream
 from dagperf.graph import RequestGraph, SessionKind
 
 Compile = Callable[[Iterable[bytes], str], RequestGraph]
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a run tells the formats that read more than their file; the defaults are what
+    `validate` and the operator's check use."""
+
+    draws: int | None = None  # random_pool: requests drawn (None: AIPerf's 100)
+    seed: int | None = None  # random_pool: the draws' seed (None: fresh draws)
+    count_tokens: Callable[[list[str]], list[int]] | None = None  # sharegpt (None: estimates)
+
+
+class Reader(NamedTuple):
+    """A reader imported when first used, and the ReadOptions fields it takes."""
+
+    module: str
+    name: str
+    options: tuple[str, ...] = ()
+
+    def __call__(self, *args: Any, options: ReadOptions | None = None) -> Any:
+        given = options or ReadOptions()
+        kwargs = {field: getattr(given, field) for field in self.options}
+        return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
 
 
 def _dag_jsonl(lines: Iterable[bytes], source: str) -> RequestGraph:
@@ -43,6 +67,11 @@ def _trace(module: str, reader: str) -> Compile:
     return compile_trace
 
 
+def _read_with(reader: Reader, options: ReadOptions | None = None) -> Compile:
+    """A format whose reader takes ReadOptions, with these options."""
+    return lambda lines, source: _from_trace(source, reader(lines, source, options=options))
+
+
 def _from_trace(source: str, trace: Any) -> RequestGraph:
     return _compile(source, trace.specs, trace.loader_mode, trace.warmup)
 
@@ -56,6 +85,8 @@ def _compile(source: str, specs: list[Any], loader_mode: Any, warmup: Any = ()) 
         raise DatasetError([Problem(source, None, str(e))]) from None
 
 
+POOL = Reader("dagperf.dataset.random_pool", "read_random_pool", ("draws", "seed"))
+SHAREGPT = Reader("dagperf.dataset.sharegpt", "read_sharegpt", ("count_tokens",))
 FILE_TYPES: dict[str, Compile] = {
     "dag_jsonl": _dag_jsonl,
     "session_graph": _session_graph,
@@ -68,19 +99,34 @@ FILE_TYPES: dict[str, Compile] = {
     "untimed_content_multi_turn": _trace("dagperf.dataset.conversations", "read_conversations"),
     "shared_prefix": _trace("dagperf.dataset.shared_prefix", "read_shared_prefix"),
     "rag": _trace("dagperf.dataset.rag", "read_rag"),
+    "random_pool": _read_with(POOL),
+    "sharegpt": _read_with(SHAREGPT),
 }
-DIRECTORY_TYPES = ("raw_payload",)  # a directory of files, each one conversation
+WITH_OPTIONS = {"random_pool": POOL, "sharegpt": SHAREGPT}  # what a run's ReadOptions reach
+DIRECTORY_TYPES = {  # the types that read a directory
+    "raw_payload": Reader("dagperf.dataset.raw_payload", "load_raw_payload_dir"),  # file: session
+    "random_pool": Reader("dagperf.dataset.random_pool", "load_random_pool_dir", POOL.options),
+}
 
 
-def load_graph(path: str | Path, dataset_type: str, source: str | None = None) -> RequestGraph:
+def _compiler(dataset_type: str, options: ReadOptions | None) -> Compile:
+    reader = WITH_OPTIONS.get(dataset_type)
+    return FILE_TYPES[dataset_type] if reader is None else _read_with(reader, options)
+
+
+def load_graph(
+    path: str | Path,
+    dataset_type: str,
+    source: str | None = None,
+    options: ReadOptions | None = None,
+) -> RequestGraph:
     if Path(path).is_dir():
         if dataset_type not in DIRECTORY_TYPES:
-            reason = f"a directory; only {', '.join(DIRECTORY_TYPES)} reads one"
+            reason = f"a directory; only {' and '.join(DIRECTORY_TYPES)} read one"
             raise DatasetError([Problem(source or str(path), None, reason)])
-        from dagperf.dataset.raw_payload import load_raw_payload_dir
-
-        return _from_trace(source or str(path), load_raw_payload_dir(Path(path)))
-    return load_file(path, FILE_TYPES[dataset_type], source)
+        trace = DIRECTORY_TYPES[dataset_type](Path(path), options=options)
+        return _from_trace(source or str(path), trace)
+    return load_file(path, _compiler(dataset_type, options), source)
 
 
 def parse_graph(stream: BinaryIO, source: str, dataset_type: str) -> RequestGraph:

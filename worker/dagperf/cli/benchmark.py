@@ -24,6 +24,7 @@ from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
 from dagperf.sources import (
     FILE_TYPES,
+    ReadOptions,
     load_graph,
     resolve_cancel,
     resolve_schedule,
@@ -231,7 +232,10 @@ def report_options(
 
 
 def read_graph(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, out: typing.TextIO = sys.stderr
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    out: typing.TextIO = sys.stderr,
+    options: ReadOptions | None = None,
 ) -> RequestGraph | None:
     """The graph the flags name, or None after printing every problem with it."""
     path, config = args.input_file, args.session_config
@@ -242,7 +246,7 @@ def read_graph(
         if config:
             return synthetic_graph(config)
         with local_copy(path, args.input_sha256) as local:
-            return load_graph(local, args.custom_dataset_type, source=shown(path))
+            return load_graph(local, args.custom_dataset_type, shown(path), options)
     except FetchError as e:
         print(f"dagperf: {e}", file=out)
         return None
@@ -259,7 +263,7 @@ def graph_and_load(
     load: LoadConfig,
     out: typing.TextIO = sys.stderr,
 ) -> tuple[RequestGraph, LoadConfig] | None:
-    graph = read_graph(parser, args, out)
+    graph = read_graph(parser, args, out, _read_options(parser, args, load))
     if graph is None:
         return None
     try:
@@ -267,6 +271,24 @@ def graph_and_load(
     except ValueError as e:
         parser.error(str(e))
     return graph, load
+
+
+def _read_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, load: LoadConfig
+) -> ReadOptions:
+    """What a run's flags tell the formats that read more than their file: random_pool draws
+    as many requests as AIPerf sizes its pool (--num-conversations, else --request-count),
+    seeded by --random-seed; sharegpt counts tokens with --tokenizer."""
+    count_tokens = None
+    if args.custom_dataset_type == "sharegpt" and args.tokenizer is not None:
+        from dagperf.metrics.tokens import TokenCounter, TokenizerError, read_tokenizer
+
+        try:
+            count_tokens = TokenCounter(read_tokenizer(args.tokenizer)).count_all
+        except TokenizerError as e:
+            parser.error(f"--tokenizer: {e}")
+    draws = load.num_conversations or load.request_count
+    return ReadOptions(draws=draws, seed=load.random_seed, count_tokens=count_tokens)
 
 
 def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:

@@ -7,11 +7,12 @@ and what it sends for them on a chat endpoint (tests compare against requests AI
     multi_turn:   {"session_id": "c1", "turns": [{"text": "Hello"}, {"text": "More", "delay": 20}]}
 
 A turn's content is its `text`, or its `texts` (strings, or AIPerf's named fields
-`{"name", "contents"}`): one text is sent as a string, several as text parts. `role` is the
-message's role (default user), `output_length` the reply's limit (sent as
-`max_completion_tokens`, as AIPerf does on chat), `extra` fields merged into the request body,
-`delay` ms waited after the previous turn's reply, `timestamp` ms the conversation's arrival on a
-fixed schedule (the first turn's; a file is timed when every conversation has one).
+`{"name", "contents"}`): one text is sent as a string, several as text parts (empty ones left
+out, as AIPerf renders them). `role` is the message's role (default user), `output_length` the
+reply's limit (sent as `max_completion_tokens`, as AIPerf does on chat), `extra` fields merged
+into the request body, `delay` ms waited after the previous turn's reply, `timestamp` ms the
+conversation's arrival on a fixed schedule (the first turn's; a file is timed when every
+conversation has one).
 
 single_turn rows are conversations of one request, except rows sharing a `session_id`: those are
 sent in file order, each as written (`message_array_with_responses`). multi_turn conversations
@@ -47,19 +48,23 @@ class NamedText(BaseModel):
     contents: list[StrictStr] = Field(min_length=1)
 
 
-class Turn(BaseModel):
-    """One row of single_turn, or one turn of multi_turn."""
+LIMIT_FIELD = "max_completion_tokens"  # a reply's limit in the body, as AIPerf sends it on chat
+
+
+def text_content(contents: list[str]) -> Any:
+    """A message's content as AIPerf renders texts: one text as a string, several as text parts
+    (empty ones left out, and no parts at all as an empty string)."""
+    if len(contents) == 1:
+        return contents[0]
+    return [{"type": "text", "text": c} for c in contents if c] or ""
+
+
+class TextRow(BaseModel):
+    """What a single_turn row and a random_pool row share: the text of one message."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    type: Literal["single_turn"] | None = None
-    session_id: StrictStr | None = Field(default=None, min_length=1)
     text: StrictStr | None = None
     texts: list[StrictStr] | list[NamedText] | None = None
-    role: StrictStr | None = Field(default=None, min_length=1)
-    timestamp: ArrivalMs | None = None
-    delay: WaitMs | None = None
-    output_length: OutputTokens | None = None
-    extra: dict[str, Any] | None = None
     image: Any = None
     images: Any = None
     image_uuids: Any = None
@@ -69,13 +74,11 @@ class Turn(BaseModel):
     videos: Any = None
 
     @model_validator(mode="after")
-    def _as_aiperf_takes_it(self) -> Turn:
+    def _text_only(self) -> TextRow:
         if media := [name for name in MEDIA if getattr(self, name) is not None]:
             raise ValueError(f"{media[0]}: images, audio and video are not supported (text only)")
         if self.text and self.texts:
             raise ValueError("text and texts cannot be set together")
-        if self.timestamp and self.delay:
-            raise ValueError("timestamp and delay cannot be set together")
         if not self.contents:
             raise ValueError("a turn needs text: give text or texts")
         return self
@@ -86,15 +89,29 @@ class Turn(BaseModel):
             return [self.text] if self.text else []
         return [c for t in self.texts for c in ((t,) if isinstance(t, str) else t.contents)]
 
+
+class Turn(TextRow):
+    """One row of single_turn, or one turn of multi_turn."""
+
+    type: Literal["single_turn"] | None = None
+    session_id: StrictStr | None = Field(default=None, min_length=1)
+    role: StrictStr | None = Field(default=None, min_length=1)
+    timestamp: ArrivalMs | None = None
+    delay: WaitMs | None = None
+    output_length: OutputTokens | None = None
+    extra: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> Turn:
+        if self.timestamp and self.delay:
+            raise ValueError("timestamp and delay cannot be set together")
+        return self
+
     def message(self) -> dict[str, Any]:
-        contents = self.contents
-        content: Any = (
-            contents[0] if len(contents) == 1 else [{"type": "text", "text": c} for c in contents]
-        )
-        return {"role": self.role or "user", "content": content}
+        return {"role": self.role or "user", "content": text_content(self.contents)}
 
     def payload(self, lead: list[dict[str, Any]] | None = None) -> Payload:
-        extra = {} if self.output_length is None else {"max_completion_tokens": self.output_length}
+        extra = {} if self.output_length is None else {LIMIT_FIELD: self.output_length}
         extra |= self.extra or {}
         return Payload.of([*(lead or []), self.message()], extra=extra or None)
 
