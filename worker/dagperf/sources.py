@@ -104,10 +104,14 @@ def parse_synthetic_graph(text: bytes, source: str) -> RequestGraph:
 
 def _generated(source: str, read: Callable[[], Any]) -> RequestGraph:
     from dagperf.synthetic import ConfigError, generate_sessions
-    from dagperf.synthetic.outcomes import TraceSource
+    from dagperf.synthetic.outcomes import LmevalSource, TraceSource
 
     try:
         config = read()
+        if isinstance(config, LmevalSource):  # a Veeksha lmeval generator: its tasks' documents
+            from dagperf.synthetic.lmeval import lmeval_sessions
+
+            return _compile(source, lmeval_sessions(config), None)
     except ConfigError as e:
         raise DatasetError([Problem(e.source, None, p) for p in e.problems]) from None
     if isinstance(config, TraceSource):  # a Veeksha trace generator: its file, by its flavour
