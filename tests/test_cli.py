@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -157,7 +158,12 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/veeksha/synthetic.yaml": ["--session-config"],
     "examples/veeksha/trace.yaml": ["--session-config"],
     "examples/veeksha/rag.yaml": ["--session-config"],
+    "examples/veeksha/lmeval.yaml": ["--session-config"],
 }
+# lm-eval-harness's own files, which an example names: the local task examples/veeksha/lmeval.yaml
+# reads (it needs the lmeval extra; without it, validating says how to install it).
+LMEVAL_TASK = {"examples/lmeval/arith.yaml", "examples/lmeval/arith.jsonl"}
+NEEDS_LM_EVAL = {"examples/veeksha/lmeval.yaml"}
 
 
 def test_every_example_dataset_is_valid():
@@ -166,10 +172,14 @@ def test_every_example_dataset_is_valid():
     found = {
         str(p) for p in Path("examples").rglob("*") if p.is_file() and p.parent.name != "examples"
     }
-    assert found == set(EXAMPLE_TYPES), "a new example needs its type here"
+    assert found == set(EXAMPLE_TYPES) | LMEVAL_TASK, "a new example needs its type here"
+    lm_eval = importlib.util.find_spec("lm_eval") is not None
     for path, flags in EXAMPLE_TYPES.items():
         args = [*flags, path] if flags == ["--session-config"] else [path, *flags]
         result = run("validate", *args)
+        if path in NEEDS_LM_EVAL and not lm_eval:
+            assert "pip install 'dagperf[lmeval]'" in result.stdout, result.stdout + result.stderr
+            continue
         assert result.returncode == 0, result.stdout + result.stderr
 
 

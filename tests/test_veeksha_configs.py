@@ -5,6 +5,7 @@ what dagperf cannot do is refused with its path."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,8 +88,9 @@ def test_the_examples_load():
 @pytest.mark.parametrize(
     ("generator", "said"),
     [
-        ({"type": "lmeval", "tasks": ["hellaswag"]}, "session_generator.type: lmeval is not "
-         "supported yet"),
+        ({"type": "lmeval", "tasks": "hellaswag"},
+         "session_generator.tasks: expected a list of task names"),
+        ({"type": "lmeval", "limit": 5}, "session_generator.limit: unknown field"),
         ({"type": "synthetic", "session_graph": LINEAR, "channels": [{"type": "image"}]},
          "session_generator.channels[0].type: only text is supported"),
         ({"type": "synthetic", "session_graph": LINEAR,
@@ -118,6 +120,30 @@ def test_what_dagperf_cannot_do_is_refused_with_its_path(tmp_path, generator, sa
     with pytest.raises(DatasetError) as caught:
         graph_of(tmp_path, {"session_generator": generator})
     assert said in str(caught.value)
+
+
+def test_an_lmeval_generator_s_fields_are_checked_in_one_pass_before_lm_eval_is_needed(tmp_path):
+    generator = {"type": "lmeval", "tasks": [], "num_fewshot": -1, "include_path": "no/such/dir"}
+    with pytest.raises(DatasetError) as caught:
+        graph_of(tmp_path, {"session_generator": generator, "runtime": {"max_sessions": 0}})
+    assert [p.message for p in caught.value.problems] == [
+        "session_generator.tasks: expected a list of task names",
+        "session_generator.num_fewshot: expected a whole number, 0 or more",
+        f"session_generator.include_path: no such directory: {tmp_path / 'no/such/dir'}",
+        "runtime.max_sessions: expected a number of documents, or -1 for all",
+    ]
+
+
+def test_without_lm_eval_an_lmeval_config_says_how_to_install_it(tmp_path, monkeypatch):
+    for name in [n for n in sys.modules if n == "lm_eval" or n.startswith("lm_eval.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # what an install without the extra has
+    with pytest.raises(DatasetError) as caught:
+        graph_of(tmp_path, {"session_generator": {"type": "lmeval", "tasks": ["hellaswag"]}})
+    assert [p.message for p in caught.value.problems] == [
+        "session_generator.type: lmeval reads lm-eval-harness tasks, and lm_eval is not "
+        "installed: pip install 'dagperf[lmeval]' (in a checkout: pip install -e '.[lmeval]')"
+    ]
 
 
 def test_a_key_veeksha_does_not_have_is_unknown(tmp_path):

@@ -152,14 +152,20 @@ def parse_synthetic_graph(text: bytes, source: str) -> RequestGraph:
 
 def _generated(source: str, read: Callable[[], Any]) -> RequestGraph:
     from dagperf.synthetic import ConfigError, generate_sessions
-    from dagperf.synthetic.outcomes import TraceSource
+    from dagperf.synthetic.outcomes import LmevalSource, TraceSource
 
     try:
         config = read()
+        if isinstance(config, LmevalSource):  # a Veeksha lmeval generator: its tasks' documents
+            from dagperf.synthetic.lmeval import lmeval_sessions
+
+            specs = lmeval_sessions(config)
     except ConfigError as e:
         raise DatasetError([Problem(e.source, None, p) for p in e.problems]) from None
     cancel = config.cancel_session_on_failure  # the config's own word on the load
-    if isinstance(config, TraceSource):  # a Veeksha trace generator: its file, by its flavour
+    if isinstance(config, LmevalSource):
+        graph = _compile(source, specs, None)
+    elif isinstance(config, TraceSource):  # a Veeksha trace generator: its file, by its flavour
         if config.read is None:
             graph = load_graph(config.path, config.dataset_type)
         else:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dagperf.dataset.specs import REFUSED_CONTEXT_MODE, ContextMode
 from dagperf.synthetic.distributions import Count, Duration, Fixed
-from dagperf.synthetic.outcomes import ConfigError, TraceSource
+from dagperf.synthetic.outcomes import ConfigError, LmevalSource, TraceSource
 from dagperf.synthetic.veeksha import from_veeksha, is_veeksha
 
 
@@ -126,9 +126,9 @@ class SessionConfig(_Model):
         return mode
 
 
-def load_session_config(path: str | Path) -> SessionConfig | TraceSource:
+def load_session_config(path: str | Path) -> SessionConfig | TraceSource | LmevalSource:
     """Read and validate a YAML or JSON session config file (or a Veeksha config, whose trace
-    file, if it names one, is looked for beside it too)."""
+    file or task directories, if it names them, are looked for beside it too)."""
     source = str(path)
     try:
         text = Path(path).read_text("utf-8")
@@ -140,7 +140,7 @@ def load_session_config(path: str | Path) -> SessionConfig | TraceSource:
 
 def read_session_config(
     text: str | bytes, source: str, base: Path | None = None
-) -> SessionConfig | TraceSource:
+) -> SessionConfig | TraceSource | LmevalSource:
     """Validate a YAML or JSON session config held in memory (a ConfigMap's key, say); a
     Veeksha config's `session_generator` is read as Veeksha writes it (`veeksha`)."""
     if isinstance(text, bytes):
@@ -156,7 +156,7 @@ def read_session_config(
         raise ConfigError(source, [f"invalid YAML: {e}"]) from None
     if is_veeksha(data):
         data = from_veeksha(data, source, base)
-        if isinstance(data, TraceSource):
+        if isinstance(data, TraceSource | LmevalSource):
             return data
     return parse_session_config(data, source)
 

@@ -1,5 +1,6 @@
-"""What reading a session config can end in besides a config: a problem (`ConfigError`), or a
-Veeksha trace generator's file to read as a dataset (`TraceSource`)."""
+"""What reading a session config can end in besides a config: a problem (`ConfigError`), a
+Veeksha trace generator's file to read as a dataset (`TraceSource`), or a Veeksha lmeval
+generator's lm-eval-harness tasks (`LmevalSource`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,20 @@ class TraceSource:
     path: Path
     dataset_type: str
     read: TraceReader | None = None
+    cancel_session_on_failure: bool | None = None  # the config's traffic_scheduler says
+
+
+@dataclass(frozen=True, slots=True)
+class LmevalSource:
+    """What a Veeksha lmeval generator names: lm-eval-harness tasks whose documents become
+    sessions (`dagperf.synthetic.lmeval`). `source` names the config in messages."""
+
+    source: str
+    tasks: tuple[str, ...]
+    num_fewshot: int
+    include_paths: tuple[Path, ...]  # task directories besides lm-eval's own (dagperf's field)
+    max_sessions: int  # documents to take; -1: all of them
+    seed: int
     cancel_session_on_failure: bool | None = None  # the config's traffic_scheduler says
 
 

@@ -18,12 +18,19 @@ its `num_documents`, shuffled by the config's `seed`); `wrap_mode` is dagperf's 
 again while a stop condition wants more); a `corpus_file` is dagperf's own corpus.
 `runtime.max_sessions` is the number of sessions of the synthetic generator.
 
+`lmeval` names lm-eval-harness `tasks` (Veeksha's default: hellaswag) and `num_fewshot`
+(default 1); `runtime.max_sessions` is how many documents (Veeksha's default 25, -1 for all),
+since Veeksha gives lmeval no limit of its own. Veeksha looks tasks up among lm-eval's own only;
+`include_path` (dagperf's field, not Veeksha's: a directory or a list of them, relative ones
+from the working directory, else beside the config) adds directories of task YAMLs, such as a
+task whose dataset is a local file. The sessions are built by `dagperf.synthetic.lmeval`.
+
 What dagperf takes from its own flags (traffic_scheduler, client, server, evaluators, ...) is
 named in a warning and left out, but for `traffic_scheduler.cancel_session_on_failure`: a failed
 request cancels the rest of its session unless it says false (Veeksha's default is true), and
 --[no-]cancel-session-on-failure still wins. What dagperf cannot do yet is refused with its
-path: other channels than text, a shared-prefix probability below 1, the lmeval generator, the
-flavours dagperf does not read (sharegpt, audio, seed_tts_text: speech workloads).
+path: other channels than text, a shared-prefix probability below 1, the flavours dagperf does
+not read (sharegpt, audio, seed_tts_text: speech workloads).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from dagperf.dataset.conversations import Keys
-from dagperf.synthetic.outcomes import ConfigError, TraceReader, TraceSource
+from dagperf.synthetic.outcomes import ConfigError, LmevalSource, TraceReader, TraceSource
 
 log = logging.getLogger("dagperf")
 
@@ -66,8 +73,8 @@ def is_veeksha(data: Any) -> bool:
 
 def from_veeksha(
     data: dict[str, Any], source: str, base: Path | None
-) -> dict[str, Any] | TraceSource:
-    """dagperf's session config for a Veeksha config, or the trace it names."""
+) -> dict[str, Any] | TraceSource | LmevalSource:
+    """dagperf's session config for a Veeksha config, or the trace or lm-eval tasks it names."""
     unknown = sorted(set(data) - FLAG_SECTIONS - OWN_SECTIONS)
     if unknown:
         raise ConfigError(source, [f"{key}: unknown field" for key in unknown])
@@ -83,7 +90,7 @@ def from_veeksha(
     if kind == "trace":
         return replace(_trace(generator, data, source, base), cancel_session_on_failure=cancel)
     if kind == "lmeval":
-        raise ConfigError(source, ["session_generator.type: lmeval is not supported yet"])
+        return replace(_lmeval(generator, data, source, base), cancel_session_on_failure=cancel)
     raise ConfigError(source, [f"session_generator.type: unknown type {kind!r}: expected one of "
                                "synthetic, trace, lmeval"])  # fmt: skip
 
@@ -166,12 +173,7 @@ def _trace(
     name = gen.get("trace_file")
     if not isinstance(name, str) or not name:
         raise ConfigError(source, ["session_generator.trace_file: required"])
-    path = Path(name)
-    if not path.is_absolute() and not path.exists() and base is not None:
-        path = (
-            base / path
-        )  # as Veeksha reads it (from the working directory), else beside the config
-    return TraceSource(path, kind, _reader(kind, flavor, data, source))
+    return TraceSource(_beside(Path(name), base), kind, _reader(kind, flavor, data, source))
 
 
 def _reader(
@@ -206,3 +208,56 @@ def _whole(value: Any, path: str, source: str, within: str = "session_generator.
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(source, [f"{within}{path}: expected a whole number, got {value!r}"])
     return value
+
+
+LMEVAL_FIELDS = {"type", "tasks", "num_fewshot", "include_path"}
+LMEVAL_MAX_SESSIONS = 25  # Veeksha's runtime.max_sessions when a config sets none
+
+
+def _lmeval(
+    gen: dict[str, Any], data: dict[str, Any], source: str, base: Path | None
+) -> LmevalSource:
+    """The lmeval generator's fields, every problem named in one pass; the tasks are loaded
+    later, by `dagperf.synthetic.lmeval`, where lm_eval is imported."""
+    _only(gen, LMEVAL_FIELDS, "session_generator", source)
+    problems = []
+    tasks = gen.get("tasks", ["hellaswag"])
+    if not isinstance(tasks, list) or not tasks or not all(_named(t) for t in tasks):
+        problems.append("session_generator.tasks: expected a list of task names")
+    fewshot = gen.get("num_fewshot", 1)
+    if not _is_whole(fewshot) or fewshot < 0:
+        problems.append("session_generator.num_fewshot: expected a whole number, 0 or more")
+    paths = gen.get("include_path", [])
+    paths = [paths] if isinstance(paths, str) else paths
+    if not isinstance(paths, list) or not all(_named(p) for p in paths):
+        problems.append("session_generator.include_path: expected a directory or a list of them")
+        paths = []
+    directories = tuple(_beside(Path(p), base) for p in paths)
+    problems += [f"session_generator.include_path: no such directory: {d}"
+                 for d in directories if not d.is_dir()]  # fmt: skip
+    runtime = _mapping(data.get("runtime", {}), "runtime", source)
+    limit = runtime.get("max_sessions", LMEVAL_MAX_SESSIONS)
+    if not _is_whole(limit) or limit == 0 or limit < -1:
+        problems.append("runtime.max_sessions: expected a number of documents, or -1 for all")
+    seed = data.get("seed", VEEKSHA_SEED)
+    if not _is_whole(seed):
+        problems.append("seed: expected a whole number")
+    if problems:
+        raise ConfigError(source, problems)
+    return LmevalSource(source, tuple(tasks), fewshot, directories, limit, seed)
+
+
+def _named(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _beside(path: Path, base: Path | None) -> Path:
+    """A relative path as Veeksha reads paths (from the working directory), else beside the
+    config."""
+    if path.is_absolute() or path.exists() or base is None:
+        return path
+    return base / path
