@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
+import threading
 
 import pytest
 
 from dagperf.dataset import MAX_PROBLEMS, DatasetError, load_dag_jsonl, read_dag_jsonl
+from dagperf.dataset.loader import load_file
 
 from dagfile import conv, encode, load, problems, refusal, turn, user
 
@@ -415,3 +418,34 @@ def test_turn_fields_are_kept_as_authored():
         {"temperature": 0.5},
         (0.0125,),
     )
+
+
+def test_a_long_read_says_how_far_it_is(tmp_path, monkeypatch):
+    """A read that outlasts the progress interval logs where it is, by the file's size."""
+    from dagperf.dataset import progress
+
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"x" * 4_000_000)
+    said: list[str] = []
+    heard = threading.Event()
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+            heard.set()
+
+    def slow_read(lines, source):  # holds the file open until the progress line has come
+        assert heard.wait(10), "no progress line"
+        return "read"
+
+    monkeypatch.setattr(progress, "EVERY_S", 0.01)
+    handler = Heard()
+    logger = logging.getLogger("dagperf.dataset")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        assert load_file(path, slow_read) == "read"
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    assert said[0].startswith(f"reading {path}: 0% of 4 MB after ")

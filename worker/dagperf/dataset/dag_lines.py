@@ -25,6 +25,7 @@ class _Role(Struct, frozen=True):
 _decode_line = msgspec.json.Decoder(ConversationRecord).decode
 _decode_roles = msgspec.json.Decoder(Annotated[list[_Role], Meta(min_length=1)]).decode
 _SYSTEM = b'"system"'
+_NO_DELAYS: dict[int, tuple[float, ...]] = {}
 
 
 class Conversation(NamedTuple):
@@ -85,5 +86,12 @@ def read_line(raw: bytes, intern: Interned) -> Read | None:
         delays.append(turn.delay / 1000.0)
         branched = branched or bool(turn.forks or turn.spawns)
     branches = tuple(conversation_branches(record)) if branched else ()
-    kept = Conversation(tuple(payloads), tuple(delays), branches, system[0])
+    kept = Conversation(tuple(payloads), _shared(tuple(delays)), branches, system[0])
     return Read(record, kept, tuple(system))
+
+
+def _shared(delays: tuple[float, ...]) -> tuple[float, ...]:
+    """Delays of no wait, one tuple per turn count: most conversations have them."""
+    if any(delays):
+        return delays
+    return _NO_DELAYS.setdefault(len(delays), delays)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from dagperf.dataset.dag_jsonl import UNION_TAGS, DagConversation
 from dagperf.dataset.dag_lines import Conversation, Interned, read_line
 from dagperf.dataset.limits import line_problem, suspect_number, too_deep
+from dagperf.dataset.progress import reading_progress
 from dagperf.dataset.rules import conversation_problems, file_problems
 from dagperf.runtime.gcpause import gc_paused
 
@@ -92,7 +93,7 @@ def load_file(path: str | Path, read: Reader[T], source: str | None = None) -> T
     `DatasetError` if it cannot be run. Problems name `source` (default: the path)."""
     source = source or str(path)
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, reading_progress(f, source):
             return parse_stream(f, source, read)
     except OSError as e:  # missing, a directory, unreadable
         raise DatasetError([Problem(source, None, f"cannot read: {e.strerror or e}")]) from None
