@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, overload
 
 from dagperf.dataset.dag_lines import Conversation
+from dagperf.dataset.dag_reader import DagDataset
 from dagperf.dataset.dag_records import BranchMode
-from dagperf.dataset.loader import DagDataset, DatasetError, Problem
+from dagperf.dataset.loader import DatasetError, Problem
 from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Shape, Tree
 from dagperf.runtime.gcpause import gc_paused
 

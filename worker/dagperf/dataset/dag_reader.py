@@ -1,0 +1,168 @@
+"""Read a dag_jsonl file into validated conversations, or refuse it with every problem at once.
+
+Lines are streamed, and each is read by msgspec into the compact form a run keeps
+(`dag_lines`); only a line that fails is parsed a second time, by the pydantic models, to
+word its problems and recover its session_id. Problems are collected rather than raised, up to
+`MAX_PROBLEMS`, because a user fixing a generated file wants the whole list, not one error per
+run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from pydantic import ValidationError
+
+from dagperf.dataset.dag_jsonl import DagConversation
+from dagperf.dataset.dag_lines import Conversation, Interned, read_line
+from dagperf.dataset.limits import line_problem, suspect_number, too_deep
+from dagperf.dataset.loader import (
+    MAX_PROBLEMS,
+    STOPPED_READING,
+    DatasetError,
+    Problem,
+    capped,
+    describe,
+    jsonl_lines,
+    load_file,
+    parse_stream,
+)
+from dagperf.dataset.rules import conversation_problems, file_problems
+from dagperf.runtime.gcpause import gc_paused
+
+_SESSION_ID = re.compile(rb'"session_id"\s*:\s*"([^"\\]{1,200})"')
+_BATCH_BYTES = 1 << 20
+_STOPPED_CHECKING = (
+    f"too many problems: stopped checking after {MAX_PROBLEMS}; fix these and validate again"
+)
+
+
+@dataclass
+class DagDataset:
+    """A validated dag_jsonl file: conversations in file order and the line each came from."""
+
+    source: str
+    conversations: dict[str, Conversation]
+    lines: dict[str, int]
+    roots: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        referenced = {
+            child
+            for conversation in self.conversations.values()
+            for b in conversation.branches
+            for child in b.children
+        }
+        self.roots = [sid for sid in self.conversations if sid not in referenced]
+
+
+def load_dag_jsonl(path: str | Path) -> DagDataset:
+    return load_file(path, read_dag_jsonl)
+
+
+def parse_dag_jsonl(stream: BinaryIO, source: str) -> DagDataset:
+    return parse_stream(stream, source, read_dag_jsonl)
+
+
+def read_dag_jsonl(lines: Iterable[bytes], source: str) -> DagDataset:
+    """Validate dag_jsonl content given as byte lines; `source` names it in messages."""
+    with gc_paused():
+        return _read(lines, source)
+
+
+def _read(lines: Iterable[bytes], source: str) -> DagDataset:
+    problems: list[Problem] = []
+    conversations: dict[str, Conversation] = {}
+    line_of: dict[str, int] = {}
+    unparsed: set[str] = set()
+    intern = Interned()
+    seen_a_line = False
+
+    def report(line: int | None, message: str) -> None:
+        problems.append(Problem(source, line, message))
+
+    for lineno, raw, numbers in _checked_numbers(jsonl_lines(lines)):
+        seen_a_line = True
+        read = None if (unsafe := line_problem(raw, numbers)) else read_line(raw, intern)
+        if read is None:
+            sid = _session_id_of(raw)
+            if sid is not None:
+                unparsed.add(sid)
+            for message in _line_problems(raw, unsafe, sid):
+                report(lineno, message)
+        elif (sid := read.record.session_id) in conversations:
+            report(lineno, f"duplicate session_id '{sid}' (first declared on line {line_of[sid]})")
+        else:
+            conversations[sid] = read.conversation
+            line_of[sid] = lineno
+            for message in conversation_problems(read.record, read.system):
+                report(lineno, message)
+        if len(problems) >= MAX_PROBLEMS:
+            raise DatasetError(capped(problems, Problem(source, lineno, STOPPED_READING)))
+
+    if not seen_a_line:
+        report(None, "empty file: a dag_jsonl file needs at least one conversation line")
+    # Whole-file rules still run when lines failed, so one pass shows everything; references to
+    # a failed line's session are not reported as undeclared, since the line has its own error.
+    for lineno, message in file_problems(conversations, line_of, unparsed):
+        report(lineno, message)
+        if len(problems) > MAX_PROBLEMS:
+            break
+    if problems:
+        problems.sort(key=lambda p: p.line or 0)
+        if len(problems) > MAX_PROBLEMS:
+            raise DatasetError(capped(problems, Problem(source, None, _STOPPED_CHECKING)))
+        raise DatasetError(problems)
+    return DagDataset(source, conversations, line_of)
+
+
+def _checked_numbers(
+    numbered: Iterable[tuple[int, bytes]],
+) -> Iterator[tuple[int, bytes, bool]]:
+    """The lines, each with whether its numbers still need a check: the check runs on about a
+    megabyte of lines at once (one pass over bytes, not one call per line), and only lines of a
+    batch it does not clear are checked one by one."""
+    batch: list[tuple[int, bytes]] = []
+    size = 0
+    for item in numbered:
+        batch.append(item)
+        size += len(item[1])
+        if size >= _BATCH_BYTES:
+            yield from _numbers_of(batch)
+            batch, size = [], 0
+    yield from _numbers_of(batch)
+
+
+def _numbers_of(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, bytes, bool]]:
+    suspect = suspect_number(b"\n".join(raw for _, raw in batch))
+    return ((lineno, raw, suspect) for lineno, raw in batch)
+
+
+def _line_problems(raw: bytes, unsafe: str | None, sid: str | None) -> list[str]:
+    """Why a line cannot be read, in the models' words."""
+    suffix = f" (session '{sid}')" if sid else ""
+    if unsafe is not None:
+        return [unsafe + suffix]
+    try:
+        DagConversation.model_validate_json(raw)
+    except ValidationError as e:
+        return list(describe(e, raw, suffix))
+    # The structs refused what the models accept: a disagreement the fuzz tests look for.
+    return [f"cannot be read by the fast reader although it validates{suffix}"]
+
+
+def _session_id_of(raw: bytes) -> str | None:
+    if too_deep(raw):  # json.loads would recurse past the stack: the first one named will do
+        found = _SESSION_ID.search(raw)
+        return found.group(1).decode("utf-8", "replace") if found else None
+    try:
+        obj = json.loads(raw)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        return None
+    sid = obj.get("session_id") if isinstance(obj, dict) else None
+    return sid if isinstance(sid, str) and sid else None
