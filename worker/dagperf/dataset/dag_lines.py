@@ -38,12 +38,13 @@ class Conversation(NamedTuple):
 
 
 class Read(NamedTuple):
-    """One line read: the record (for the per-line rules), the kept form, and, per turn, the
-    positions of its system messages."""
+    """One line read: the record (for the per-line rules), the kept form, per turn the positions
+    of its system messages, and whether the per-line rules have anything to check."""
 
     record: ConversationRecord
     conversation: Conversation
     system: tuple[tuple[int, ...], ...]
+    checks: bool
 
 
 class Interned:
@@ -87,7 +88,7 @@ def read_line(raw: bytes, intern: Interned) -> Read | None:
         branched = branched or bool(turn.forks or turn.spawns)
     branches = tuple(conversation_branches(record)) if branched else ()
     kept = Conversation(tuple(payloads), _shared(tuple(delays)), branches, system[0])
-    return Read(record, kept, tuple(system))
+    return Read(record, kept, tuple(system), branched or len(system) > 1)
 
 
 def _shared(delays: tuple[float, ...]) -> tuple[float, ...]:

@@ -86,24 +86,27 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
     def report(line: int | None, message: str) -> None:
         problems.append(Problem(source, line, message))
 
-    for lineno, raw, numbers in _checked_numbers(jsonl_lines(lines)):
+    for batch, numbers in _batches(lines):
         seen_a_line = True
-        read = None if (unsafe := line_problem(raw, numbers)) else read_line(raw, intern)
-        if read is None:
-            sid = _session_id_of(raw)
-            if sid is not None:
-                unparsed.add(sid)
-            for message in _line_problems(raw, unsafe, sid):
-                report(lineno, message)
-        elif (sid := read.record.session_id) in conversations:
-            report(lineno, f"duplicate session_id '{sid}' (first declared on line {line_of[sid]})")
-        else:
-            conversations[sid] = read.conversation
-            line_of[sid] = lineno
-            for message in conversation_problems(read.record, read.system):
-                report(lineno, message)
-        if len(problems) >= MAX_PROBLEMS:
-            raise DatasetError(capped(problems, Problem(source, lineno, STOPPED_READING)))
+        for lineno, raw in batch:
+            read = None if (unsafe := line_problem(raw, numbers)) else read_line(raw, intern)
+            if read is None:
+                sid = _session_id_of(raw)
+                if sid is not None:
+                    unparsed.add(sid)
+                for message in _line_problems(raw, unsafe, sid):
+                    report(lineno, message)
+            elif (sid := read.record.session_id) in conversations:
+                first = line_of[sid]
+                report(lineno, f"duplicate session_id '{sid}' (first declared on line {first})")
+            else:
+                conversations[sid] = read.conversation
+                line_of[sid] = lineno
+                if read.checks:  # a line that branches, or sends more than one turn
+                    for message in conversation_problems(read.record, read.system):
+                        report(lineno, message)
+            if len(problems) >= MAX_PROBLEMS:
+                raise DatasetError(capped(problems, Problem(source, lineno, STOPPED_READING)))
 
     if not seen_a_line:
         report(None, "empty file: a dag_jsonl file needs at least one conversation line")
@@ -121,26 +124,20 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
     return DagDataset(source, conversations, line_of)
 
 
-def _checked_numbers(
-    numbered: Iterable[tuple[int, bytes]],
-) -> Iterator[tuple[int, bytes, bool]]:
-    """The lines, each with whether its numbers still need a check: the check runs on about a
-    megabyte of lines at once (one pass over bytes, not one call per line), and only lines of a
-    batch it does not clear are checked one by one."""
+def _batches(lines: Iterable[bytes]) -> Iterator[tuple[list[tuple[int, bytes]], bool]]:
+    """Numbered lines in batches of about a megabyte, each with whether its numbers still need a
+    check: the check runs on a batch at once (one pass over bytes, not one call per line), and
+    only the lines of a batch it does not clear are checked one by one."""
     batch: list[tuple[int, bytes]] = []
     size = 0
-    for item in numbered:
+    for item in jsonl_lines(lines):
         batch.append(item)
         size += len(item[1])
         if size >= _BATCH_BYTES:
-            yield from _numbers_of(batch)
+            yield batch, suspect_number(b"\n".join(raw for _, raw in batch))
             batch, size = [], 0
-    yield from _numbers_of(batch)
-
-
-def _numbers_of(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, bytes, bool]]:
-    suspect = suspect_number(b"\n".join(raw for _, raw in batch))
-    return ((lineno, raw, suspect) for lineno, raw in batch)
+    if batch:
+        yield batch, suspect_number(b"\n".join(raw for _, raw in batch))
 
 
 def _line_problems(raw: bytes, unsafe: str | None, sid: str | None) -> list[str]:
