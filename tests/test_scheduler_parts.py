@@ -78,3 +78,22 @@ def test_the_outbox_batches_credits_with_armed_children_and_records_when_each_wa
     assert outbox.params(payload) is outbox.params(payload)
     assert outbox.issued(child.id, 0) == 123 and outbox.settle(credit.id) == 123
     assert outbox.settle(credit.id) == 0  # settled once
+
+
+def test_the_outbox_keeps_a_bounded_number_of_parameter_sets(monkeypatch):
+    """Parameters are built once per payload while few are in use, and the cache is emptied
+    past its bound: a long run over a large dataset does not keep one set per turn."""
+    from dagperf.graph import Payload
+    from dagperf.scheduler import outbox as outbox_module
+
+    monkeypatch.setattr(outbox_module, "PARAMS_KEPT", 3)
+    outbox = Outbox(EndpointConfig(url=URL, model="m"))
+    payloads = [
+        Payload.of([{"role": "user", "content": str(i)}], max_tokens=i + 1) for i in range(4)
+    ]
+    first = outbox.params(payloads[0])
+    assert outbox.params(payloads[0]) is first  # built once
+    for payload in payloads[1:]:
+        outbox.params(payload)  # the fourth empties the cache first
+    again = outbox.params(payloads[0])
+    assert again is not first and again == first == {"model": "m", "stream": False, "max_tokens": 1}

@@ -18,6 +18,7 @@ from dagperf.graph import Payload
 from dagperf.transport import protocol
 
 Frames = list[bytes]
+PARAMS_KEPT = 65_536
 
 
 @dataclass
@@ -75,9 +76,14 @@ class Outbox:
         return self._issued.pop(credit, 0)
 
     def params(self, payload: Payload) -> dict[str, Any]:
-        """The request parameters for a payload, built once."""
+        """The request parameters for a payload, built once while it is in use: the graph
+        holds every payload for the run, so an id names one payload; the cache is emptied when
+        it grows past `PARAMS_KEPT`, so a large dataset's run does not end up holding a set of
+        parameters per turn of the file."""
         params = self._params.get(id(payload))
         if params is None:
+            if len(self._params) >= PARAMS_KEPT:
+                self._params.clear()
             params = self._params[id(payload)] = request_params(payload, self._endpoint)
         return params
 
