@@ -4,6 +4,8 @@ out of the exports), the same through a Veeksha config, and bad rows refused by 
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import json
 import subprocess
@@ -216,7 +218,7 @@ def test_bad_rag_rows_are_refused_with_their_lines_all_at_once():
         "t.jsonl:3: prompt_text: String should have at least 1 character",
         "t.jsonl:4: output_length: Input should be greater than or equal to 1",
         "t.jsonl:4: input_length: Input should be a valid integer",
-        "t.jsonl:5: invalid JSON: expected ident at line 1 column 2",
+        "t.jsonl:5: invalid JSON: Expecting value: line 1 column 1 (char 0)",
     ]
     assert problems_of("rag", "") == ["t.jsonl: empty file: a rag trace needs at least one request"]
 
@@ -259,4 +261,51 @@ def test_dagperf_validate_names_every_bad_row_without_a_traceback(tmp_path):
     assert f"{bad}:1: output_length: Field required" in result.stdout + result.stderr
     assert f"{bad}:2: doc_id: must be a string or an integer, got list" in (
         result.stdout + result.stderr
+    )
+
+
+def test_a_rag_trace_in_csv_reads_as_its_json_lines_do():
+    """Veeksha reads a trace as CSV too: a quoted prompt may span lines and hold commas, each
+    row is numbered by the line it starts on, and cells are typed as pandas types them."""
+    from dagperf.dataset.rag import read_rag
+
+    rows = [
+        {"doc_id": "handbook", "prompt_text": "Context: a\n\nQuestion: b?", "output_length": 5},
+        {"doc_id": 7, "prompt_text": "q, with a comma", "output_length": 3},
+        {"doc_id": "handbook", "prompt_text": "again", "output_length": 2},
+    ]
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(["doc_id", "prompt_text", "output_length", "input_length"])
+    writer.writerows([r["doc_id"], r["prompt_text"], r["output_length"], ""] for r in rows)
+    as_csv = read_rag(text.getvalue().encode().splitlines(keepends=True), "t.csv", seed=1)
+    as_json = read_rag([json.dumps(r).encode() for r in rows], "t.jsonl", seed=1)
+
+    def sent(dataset):
+        return [
+            [(n.payload.messages, n.payload.max_tokens) for n in spec.nodes]
+            for spec in (*dataset.warmup, *dataset.specs)
+        ]
+
+    assert sent(as_csv) == sent(as_json)
+    assert sorted(s.session_id for s in as_csv.specs) == [
+        "line-000002",
+        "line-000005",
+        "line-000006",
+    ]
+    bad = 'doc_id,prompt_text,output_length\nd,"two\nlines",4\nd,q,x\n'
+    assert problems_of("rag", bad) == ["t.jsonl:4: output_length: Input should be a valid integer"]
+
+
+def test_a_request_log_in_csv_may_name_its_lengths_as_veeksha_renames_them():
+    from dagperf.dataset.request_log import read_request_log
+
+    log = read_request_log(
+        [b"num_prefill_tokens,num_decode_tokens,arrived_at\n", b"30,5,0.5\n"], "t.csv"
+    )
+    (spec,) = log.specs
+    (node,) = spec.nodes
+    assert (len(text_tokens(node.payload.messages[0]["content"])), node.payload.max_tokens) == (
+        30,
+        5,
     )

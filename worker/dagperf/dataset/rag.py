@@ -4,6 +4,8 @@ warmed before anything is measured.
     {"doc_id": "doc-17", "prompt_text": "Context: ...\\n\\nQuestion: Summarize it.",
      "input_length": 2048, "output_length": 128}
 
+JSON lines or CSV with those columns (`dataset.tables`; a quoted prompt may span lines).
+
 Each row is a request of its own: `prompt_text` sent as written, `output_length` its token limit
 (`input_length`, Veeksha's count of the prompt's tokens, is not read; a `session_id` is ignored,
 as Veeksha gives every row a session of its own). As Veeksha runs it:
@@ -25,12 +27,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, ValidationError
 
 from dagperf.dataset.limits import OutputTokens, PromptTokens
-from dagperf.dataset.loader import Problems, validated_lines
+from dagperf.dataset.loader import Problems, describe
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
+from dagperf.dataset.tables import table_rows
 from dagperf.runtime.gcpause import gc_paused
 
 NUM_DOCUMENTS = 10  # Veeksha's default
@@ -64,9 +67,12 @@ def read_rag(
     with gc_paused():
         problems = Problems(source)
         rows: list[tuple[int, RagRow]] = []
-        for lineno, _, row in validated_lines(lines, RagRow, problems, "one request per line"):
-            if row is not None:
-                rows.append((lineno, row))
+        for lineno, data in table_rows(lines, problems, "one request per line"):
+            try:
+                rows.append((lineno, RagRow.model_validate(data)))
+            except ValidationError as e:
+                for message in describe(e, b""):
+                    problems.add(lineno, message)
         if not rows and not problems.items:
             problems.add(None, "empty file: a rag trace needs at least one request")
         problems.raise_any()

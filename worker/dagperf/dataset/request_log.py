@@ -4,51 +4,30 @@
     input_length,output_length,session_id        (CSV, with a header)
     512,128,a
 
-JSON lines or CSV (told apart by the first character). Each row is a session of one request
-with `input_length` tokens of synthetic text (seeded by its line, as mooncake's passages) and
-`output_length` sent as the token limit. Rows sharing a `session_id` are one session's turns in
-file order, each continuing the previous one's context and reply, as Veeksha builds them. Other
-columns (timestamps, ids a log carries) are ignored, as Veeksha ignores them.
+JSON lines or CSV (`dataset.tables`: told apart by the first character; a CSV header may say
+`num_prefill_tokens`/`num_decode_tokens`, as Veeksha renames them). Each row is a session of
+one request with `input_length` tokens of synthetic text (seeded by its line, as mooncake's
+passages) and `output_length` sent as the token limit. Rows sharing a `session_id` are one
+session's turns in file order, each continuing the previous one's context and reply, as Veeksha
+builds them. Other columns (timestamps, ids a log carries) are ignored, as Veeksha ignores them.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from dagperf.dataset.limits import MAX_PROMPT_TOKENS, MAX_TOKENS
-from dagperf.dataset.loader import Problems, jsonl_lines, object_lines
+from dagperf.dataset.loader import Problems
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.prompts import passage
 from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
+from dagperf.dataset.tables import table_rows
 from dagperf.runtime.gcpause import gc_paused
 
 REQUIRED = ("input_length", "output_length")
 BOUNDS = {"input_length": MAX_PROMPT_TOKENS, "output_length": MAX_TOKENS}
-
-
-def _rows(lines: Iterable[bytes], problems: Problems) -> Iterator[tuple[int, dict[str, Any]]]:
-    numbered = list(jsonl_lines(lines))
-    if numbered and not numbered[0][1].startswith(b"{"):
-        yield from _csv_rows(numbered, problems)
-        return
-    yield from object_lines(numbered, problems, "one request per line")
-
-
-def _csv_rows(
-    numbered: list[tuple[int, bytes]], problems: Problems
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    text = "\n".join(raw.decode("utf-8", "replace") for _, raw in numbered)
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-    if missing:
-        problems.add(numbered[0][0], f"the CSV header needs {' and '.join(missing)}")
-        return
-    for (lineno, _), row in zip(numbered[1:], reader, strict=False):
-        yield lineno, row
 
 
 def _length(row: dict[str, Any], name: str) -> int | str:
@@ -72,7 +51,7 @@ def read_request_log(lines: Iterable[bytes], source: str) -> TraceDataset:
         problems = Problems(source)
         sessions: dict[str, list[GraphNode]] = {}
         seen = False
-        for lineno, row in _rows(lines, problems):
+        for lineno, row in table_rows(lines, problems, "one request per line", REQUIRED):
             seen = True
             lengths = [_length(row, name) for name in REQUIRED]
             errors = [e for e in lengths if isinstance(e, str)]
