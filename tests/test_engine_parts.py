@@ -3,12 +3,18 @@ dispatcher in tests/test_dispatcher.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Sequence
+
 import pytest
 
 from dagperf.config import LoadConfig
+from dagperf.dataset import read_dag_jsonl
+from dagperf.engine import Dispatcher
 from dagperf.engine.phase import Arrivals
 from dagperf.engine.timers import Timers
-from dagperf.graph import Payload
+from dagperf.graph import Payload, Tree, compile_dag_jsonl
 from dagperf.graph.sessions import GraphNode, SessionSpec, compile_sessions
 
 
@@ -66,3 +72,30 @@ def test_gamma_arrivals_keep_the_rate_and_take_the_spread_asked(cv):
 def test_an_arrival_spread_needs_a_rate():
     with pytest.raises(ValueError, match="--arrival-cv shapes the gaps of --request-rate"):
         LoadConfig(concurrency=2, arrival_cv=2.0)
+
+
+class CountedTrees(Sequence[Tree]):
+    """A graph's trees, noting which are read: a dag_jsonl graph builds a tree when read."""
+
+    def __init__(self, trees: Sequence[Tree]):
+        self.trees, self.read = trees, []
+
+    def __len__(self) -> int:
+        return len(self.trees)
+
+    def __getitem__(self, index):
+        self.read.append(index)
+        return self.trees[index]
+
+
+@pytest.mark.parametrize("rate", [None, 100.0])
+def test_a_run_reads_only_the_trees_it_starts(rate):
+    lines = [json.dumps({"session_id": f"r{i}", "turns": [{"messages": [{"role": "user"}]}]})
+             for i in range(50)]  # fmt: skip
+    graph = compile_dag_jsonl(read_dag_jsonl([line.encode() for line in lines], "f.jsonl"))
+    counted = CountedTrees(graph.trees)
+    load = LoadConfig(concurrency=2, request_rate=rate, random_seed=1)
+    d = Dispatcher(dataclasses.replace(graph, trees=counted), load, lambda: 0.0)
+    d.add_worker("w")
+    d.begin()
+    assert sorted(set(counted.read)) == ([0, 1] if rate is None else [])  # arrivals come later

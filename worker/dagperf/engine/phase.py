@@ -158,9 +158,11 @@ class Arrivals:
     the last tree (never earlier than the arrival before)."""
 
     def __init__(self, graph: RequestGraph, load: LoadConfig):
-        if load.fixed_schedule and any(tree.start_s is None for tree in graph.trees):
+        # Only a fixed schedule reads the trees' times: reading them builds every tree.
+        starts = [tree.start_s for tree in graph.trees] if load.fixed_schedule else []
+        self._starts = [start for start in starts if start is not None]
+        if len(self._starts) < len(starts):
             raise ValueError("a fixed schedule needs a start time on every tree")
-        self._starts = [tree.start_s or 0.0 for tree in graph.trees]
         self._rate = load.request_rate
         self._shape = None if load.arrival_cv is None else 1 / load.arrival_cv**2
         self._fixed = load.fixed_schedule
