@@ -6,9 +6,11 @@ Each bad line follows a valid one (`OK`) so the line number is checked, not just
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import logging
 import threading
+from typing import Any
 
 import pytest
 
@@ -449,3 +451,26 @@ def test_a_long_read_says_how_far_it_is(tmp_path, monkeypatch):
         logger.removeHandler(handler)
         logger.setLevel(logging.NOTSET)
     assert said[0].startswith(f"reading {path}: 0% of 4 MB after ")
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 20])
+def test_a_file_read_in_blocks_numbers_its_lines_as_one_read_line_by_line(monkeypatch, block):
+    """Files are read a block at a time and split in C: lines cut by a block's end, blank lines,
+    CRLF, a byte-order mark and a last line without its newline are numbered as they are when
+    the lines come one by one."""
+    from dagperf.dataset import dag_reader
+
+    monkeypatch.setattr(dag_reader, "_BATCH_BYTES", block)
+    a, b = (line.rstrip(b"\n") for line in encode(conv("a", turn(forks=["b"])), conv("b")))
+    text = b"\xef\xbb\xbf" + a + b"\r\n\n  \n" + b + b"\n" + b'{"session_id": 5}'
+
+    def problems_read(lines_or_stream: Any) -> list[str]:
+        with pytest.raises(DatasetError) as caught:
+            dag_reader.read_dag_jsonl(lines_or_stream, "<stdin>")
+        return [str(p) for p in caught.value.problems]
+
+    by_line = problems_read(text.splitlines(keepends=True))
+    assert by_line and all(p.startswith("<stdin>:5: ") for p in by_line)  # after two blank lines
+    assert problems_read(io.BytesIO(text)) == by_line
+    fixed = dag_reader.read_dag_jsonl(io.BytesIO(text.rsplit(b"\n", 1)[0]), "<stdin>")
+    assert fixed.lines == {"a": 1, "b": 4}

@@ -9,6 +9,7 @@ run.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 
 from dagperf.dataset.dag_jsonl import DagConversation
 from dagperf.dataset.dag_lines import Conversation, Interned, read_line
-from dagperf.dataset.limits import line_problem, suspect_number, too_deep
+from dagperf.dataset.limits import line_problem, suspect_digits, too_deep
 from dagperf.dataset.loader import (
     MAX_PROBLEMS,
     STOPPED_READING,
@@ -91,6 +92,7 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
         for lineno, raw in batch:
             read = None if (unsafe := line_problem(raw, numbers)) else read_line(raw, intern)
             if read is None:
+                unsafe = unsafe or line_problem(raw)  # NaN and Infinity, left to the parser
                 sid = _session_id_of(raw)
                 if sid is not None:
                     unparsed.add(sid)
@@ -125,19 +127,31 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
 
 
 def _batches(lines: Iterable[bytes]) -> Iterator[tuple[list[tuple[int, bytes]], bool]]:
-    """Numbered lines in batches of about a megabyte, each with whether its numbers still need a
-    check: the check runs on a batch at once (one pass over bytes, not one call per line), and
-    only the lines of a batch it does not clear are checked one by one."""
-    batch: list[tuple[int, bytes]] = []
-    size = 0
-    for item in jsonl_lines(lines):
-        batch.append(item)
-        size += len(item[1])
-        if size >= _BATCH_BYTES:
-            yield batch, suspect_number(b"\n".join(raw for _, raw in batch))
-            batch, size = [], 0
-    if batch:
-        yield batch, suspect_number(b"\n".join(raw for _, raw in batch))
+    """Numbered non-blank lines in batches of about a megabyte, each with whether its numbers
+    still need a check: the check runs on a batch at once (one pass over bytes, not one call per
+    line), and only the lines of a batch it does not clear are checked one by one. A stream is
+    read a block at a time and split in C; other line sources go line by line."""
+    if not isinstance(lines, io.IOBase):
+        numbered = list(jsonl_lines(lines))
+        if numbered:
+            yield numbered, suspect_digits(b"\n".join(raw for _, raw in numbered))
+        return
+    lineno, rest = 1, b""
+    while block := lines.read(_BATCH_BYTES):
+        whole, newline, rest = (rest + block).rpartition(b"\n")
+        if newline:  # `whole` ends lines; `rest` is the start of the next
+            if numbered := _numbered(whole, lineno):
+                yield numbered, suspect_digits(whole)
+            lineno += whole.count(b"\n") + 1
+    if numbered := _numbered(rest, lineno):
+        yield numbered, suspect_digits(rest)
+
+
+def _numbered(block: bytes, first: int) -> list[tuple[int, bytes]]:
+    """The block's non-blank lines, stripped, with their numbers."""
+    if first == 1:
+        block = block.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, as some tools write
+    return [(n, line) for n, line in enumerate(map(bytes.strip, block.split(b"\n")), first) if line]
 
 
 def _line_problems(raw: bytes, unsafe: str | None, sid: str | None) -> list[str]:

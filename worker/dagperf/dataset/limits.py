@@ -38,29 +38,34 @@ ArrivalMs = _time(MAX_ARRIVAL_S * 1000)
 _STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 # Only a line with a run of 19 digits can hold an integer past int64, and only one with an
 # exponent of three digits (e308, E+308) a float past 1e308; NaN and Infinity are what some
-# writers emit for non-JSON floats. The line is mapped to its shape (digits to 0, e and E to e,
-# + kept, the rest to spaces) in one C-speed pass and searched for those runs: a regular
-# expression would try its alternatives at every letter of every prompt.
+# writers emit for non-JSON floats. The line is mapped to its shape (digits to 0, e, E and + to
+# e, the rest to spaces) in one C-speed pass and searched for those runs: a regular expression
+# would try its alternatives at every letter of every prompt.
 _SHAPE = bytes(
-    ord("0") if chr(c).isdigit() and c < 128 else ord("e") if c in b"eE" else c if c == ord("+")
-    else ord(" ")
+    ord("0") if chr(c).isdigit() and c < 128 else ord("e") if c in b"eE+" else ord(" ")
     for c in range(256)
 )  # fmt: skip
-_DIGITS, _EXPONENT, _SIGNED_EXPONENT = b"0" * 19, b"e000", b"e+000"
+_DIGITS, _EXPONENT = b"0" * 19, b"e000"  # e+308 has the shape ee000
 
 
 def suspect_number(raw: bytes) -> bool:
-    """Whether bytes (one line or many) may hold a number a server cannot read; False is sure."""
-    if b"NaN" in raw or b"Infinity" in raw:
-        return True
+    """Whether a line may hold a number a server cannot read; False is sure."""
+    return b"NaN" in raw or b"Infinity" in raw or suspect_digits(raw)
+
+
+def suspect_digits(raw: bytes) -> bool:
+    """Whether bytes (one line or many) may hold an integer past 64 bits or a float past 1e308;
+    False is sure. NaN and Infinity are left out: a JSON parser refuses them, wherever they
+    sit, and the lines it refuses are checked again one by one."""
     shape = raw.translate(_SHAPE)
-    return _DIGITS in shape or _EXPONENT in shape or _SIGNED_EXPONENT in shape
+    return _DIGITS in shape or _EXPONENT in shape
 
 
 def line_problem(raw: bytes, numbers: bool = True) -> str | None:
     """What makes a line unsafe to parse or to send, checked on its bytes first (cheaply:
-    a line without the telltale bytes is not walked); `numbers` False when `suspect_number`
-    already cleared the line, with its neighbours."""
+    a line without the telltale bytes is not walked); `numbers` False when `suspect_digits`
+    already cleared the line with its neighbours (a NaN or Infinity is then the parser's to
+    refuse, and the line is checked again)."""
     if too_deep(raw):
         return f"nested more than {MAX_DEPTH} levels deep; no request needs that"
     if not numbers or not suspect_number(raw):
