@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+import msgspec
 from pydantic import ValidationError
 
 from dagperf.dataset.dag_jsonl import DagConversation
-from dagperf.dataset.dag_lines import Conversation, Interned, read_line
+from dagperf.dataset.dag_lines import Conversation, Interned, Read, read_line
 from dagperf.dataset.limits import line_problem, suspect_digits, too_deep
 from dagperf.dataset.loader import (
     MAX_PROBLEMS,
@@ -90,14 +91,14 @@ def _read(lines: Iterable[bytes], source: str) -> DagDataset:
     for batch, numbers in _batches(lines):
         seen_a_line = True
         for lineno, raw in batch:
-            read = None if (unsafe := line_problem(raw, numbers)) else read_line(raw, intern)
-            if read is None:
-                unsafe = unsafe or line_problem(raw)  # NaN and Infinity, left to the parser
+            fast = None if line_problem(raw, numbers) else read_line(raw, intern)
+            read = read_slowly(raw, intern) if fast is None else fast
+            if isinstance(read, list):
                 sid = _session_id_of(raw)
                 if sid is not None:
                     unparsed.add(sid)
-                for message in _line_problems(raw, unsafe, sid):
-                    report(lineno, message)
+                for message in read:
+                    report(lineno, message + (f" (session '{sid}')" if sid else ""))
             elif (sid := read.record.session_id) in conversations:
                 first = line_of[sid]
                 report(lineno, f"duplicate session_id '{sid}' (first declared on line {first})")
@@ -154,17 +155,19 @@ def _numbered(block: bytes, first: int) -> list[tuple[int, bytes]]:
     return [(n, line) for n, line in enumerate(map(bytes.strip, block.split(b"\n")), first) if line]
 
 
-def _line_problems(raw: bytes, unsafe: str | None, sid: str | None) -> list[str]:
-    """Why a line cannot be read, in the models' words."""
-    suffix = f" (session '{sid}')" if sid else ""
-    if unsafe is not None:
-        return [unsafe + suffix]
+def read_slowly(raw: bytes, intern: Interned) -> Read | list[str]:
+    """A line the fast reader refused, or that may hold numbers a server cannot read: its
+    problems in the models' words, or, when the models accept it after all (a key written
+    twice, the last value good, which the structs refuse), the line as the models read it."""
+    if (unsafe := line_problem(raw)) is not None:
+        return [unsafe]
     try:
-        DagConversation.model_validate_json(raw)
+        conversation = DagConversation.model_validate_json(raw)
     except ValidationError as e:
-        return list(describe(e, raw, suffix))
-    # The structs refused what the models accept: a disagreement the fuzz tests look for.
-    return [f"cannot be read by the fast reader although it validates{suffix}"]
+        return list(describe(e, raw))
+    canonical = msgspec.json.encode(conversation.model_dump(exclude_defaults=True))
+    read = read_line(canonical, intern)
+    return ["cannot be read as the models read it"] if read is None else read
 
 
 def _session_id_of(raw: bytes) -> str | None:

@@ -85,31 +85,12 @@ class _Count(NamedTuple):
 
 
 def _shape(dataset: DagDataset) -> Shape:
-    """The shape of every tree, from one count per conversation, children before parents (the
-    loader refused cycles); a conversation reached from two parents is counted once and added
-    twice, as expansion sends it twice."""
+    """The shape of every tree, from one count per conversation that starts others (the loader
+    refused cycles); a conversation reached from two parents is counted once and added twice,
+    as expansion sends it twice."""
     conversations = dataset.conversations
     counts: dict[str, _Count] = {}
-
-    def count(sid: str) -> _Count:
-        known = counts.get(sid)
-        if known is None:  # a conversation that starts nothing: most of them, never stacked
-            known = _Count(len(conversations[sid].payloads), 0, 0, 0)
-        return known
-
-    for sid in _children_first(conversations):
-        conv = conversations[sid]
-        requests, height, forks, spawns = len(conv.payloads), 0, 0, 0
-        for branch in conv.branches:
-            fork = branch.mode is BranchMode.FORK
-            for child in branch.children:
-                below = count(child)
-                requests += below.requests
-                height = max(height, below.height + 1)
-                forks += below.forks + fork
-                spawns += below.spawns + (not fork)
-        counts[sid] = _Count(requests, height, forks, spawns)
-    roots = [count(root) for root in dataset.roots]
+    roots = [_count(root, conversations, counts) for root in dataset.roots]
     return Shape(
         [c.requests for c in roots],
         len(conversations),
@@ -120,29 +101,43 @@ def _shape(dataset: DagDataset) -> Shape:
     )
 
 
-def _children_first(conversations: dict[str, Conversation]) -> list[str]:
-    """Every conversation that starts others, after those it starts; iterative, as FORK chains
-    run deep."""
-    order: list[str] = []
-    done: set[str] = set()
-    for start, conv in conversations.items():
-        if start in done or not conv.branches:
+def _count(sid: str, conversations: dict[str, Conversation], counts: dict[str, _Count]) -> _Count:
+    """One conversation's count, its branching descendants counted first: iteratively, as FORK
+    chains run deep. Conversations that start nothing (most) are counted where they are met."""
+    stack = [sid]
+    while stack:
+        top = stack[-1]
+        if top in counts:
+            stack.pop()
             continue
-        stack = [(start, False)]
-        while stack:
-            sid, expanded = stack.pop()
-            if expanded:
-                order.append(sid)
-            elif sid not in done:
-                done.add(sid)
-                stack.append((sid, True))
-                stack.extend(
-                    (child, False)
-                    for branch in conversations[sid].branches
-                    for child in branch.children
-                    if child not in done and conversations[child].branches
-                )
-    return order
+        branches = conversations[top].branches
+        below = [
+            child
+            for branch in branches
+            for child in branch.children
+            if child not in counts and conversations[child].branches
+        ]
+        if below:
+            stack.extend(below)
+            continue
+        stack.pop()
+        counts[top] = _tally(conversations[top], conversations, counts)
+    return counts.get(sid) or _tally(conversations[sid], conversations, counts)
+
+
+def _tally(
+    conv: Conversation, conversations: dict[str, Conversation], counts: dict[str, _Count]
+) -> _Count:
+    requests, height, forks, spawns = len(conv.payloads), 0, 0, 0
+    for branch in conv.branches:
+        fork = branch.mode is BranchMode.FORK
+        for child in branch.children:
+            below = counts.get(child) or _Count(len(conversations[child].payloads), 0, 0, 0)
+            requests += below.requests
+            height = max(height, below.height + 1)
+            forks += below.forks + fork
+            spawns += below.spawns + (not fork)
+    return _Count(requests, height, forks, spawns)
 
 
 @dataclass(slots=True)
