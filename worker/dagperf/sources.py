@@ -57,16 +57,6 @@ def _session_graph(lines: Iterable[bytes], source: str) -> RequestGraph:
     return _compile(source, read_session_graph(lines, source), None)
 
 
-def _trace(module: str, reader: str) -> Compile:
-    """A format whose reader returns a TraceDataset, imported when first used: the formats a
-    run does not read cost it nothing."""
-
-    def compile_trace(lines: Iterable[bytes], source: str) -> RequestGraph:
-        return _from_trace(source, getattr(importlib.import_module(module), reader)(lines, source))
-
-    return compile_trace
-
-
 def _read_with(reader: Reader, options: ReadOptions | None = None) -> Compile:
     """A format whose reader takes ReadOptions, with these options."""
     return lambda lines, source: _from_trace(source, reader(lines, source, options=options))
@@ -87,22 +77,26 @@ def _compile(source: str, specs: list[Any], loader_mode: Any, warmup: Any = ()) 
 
 POOL = Reader("dagperf.dataset.random_pool", "read_random_pool", ("draws", "seed"))
 SHAREGPT = Reader("dagperf.dataset.sharegpt", "read_sharegpt", ("count_tokens",))
+# The formats whose reader returns a TraceDataset, each imported when first used: the formats a
+# run does not read cost it nothing.
+TRACE_READERS = {
+    "mooncake_trace": Reader("dagperf.dataset.mooncake", "read_mooncake_trace"),
+    "timed_synthetic_session": Reader("dagperf.dataset.timed_sessions", "read_timed_sessions"),
+    "single_turn": Reader("dagperf.dataset.aiperf_custom", "read_single_turn"),
+    "multi_turn": Reader("dagperf.dataset.aiperf_custom", "read_multi_turn"),
+    "raw_payload": Reader("dagperf.dataset.raw_payload", "read_raw_payload"),
+    "request_log": Reader("dagperf.dataset.request_log", "read_request_log"),
+    "untimed_content_multi_turn": Reader("dagperf.dataset.conversations", "read_conversations"),
+    "shared_prefix": Reader("dagperf.dataset.shared_prefix", "read_shared_prefix"),
+    "rag": Reader("dagperf.dataset.rag", "read_rag"),
+    "random_pool": POOL,
+    "sharegpt": SHAREGPT,
+}
 FILE_TYPES: dict[str, Compile] = {
     "dag_jsonl": _dag_jsonl,
     "session_graph": _session_graph,
-    "mooncake_trace": _trace("dagperf.dataset.mooncake", "read_mooncake_trace"),
-    "timed_synthetic_session": _trace("dagperf.dataset.timed_sessions", "read_timed_sessions"),
-    "single_turn": _trace("dagperf.dataset.aiperf_custom", "read_single_turn"),
-    "multi_turn": _trace("dagperf.dataset.aiperf_custom", "read_multi_turn"),
-    "raw_payload": _trace("dagperf.dataset.raw_payload", "read_raw_payload"),
-    "request_log": _trace("dagperf.dataset.request_log", "read_request_log"),
-    "untimed_content_multi_turn": _trace("dagperf.dataset.conversations", "read_conversations"),
-    "shared_prefix": _trace("dagperf.dataset.shared_prefix", "read_shared_prefix"),
-    "rag": _trace("dagperf.dataset.rag", "read_rag"),
-    "random_pool": _read_with(POOL),
-    "sharegpt": _read_with(SHAREGPT),
+    **{kind: _read_with(reader) for kind, reader in TRACE_READERS.items()},
 }
-WITH_OPTIONS = {"random_pool": POOL, "sharegpt": SHAREGPT}  # what a run's ReadOptions reach
 DIRECTORY_TYPES = {  # the types that read a directory
     "raw_payload": Reader("dagperf.dataset.raw_payload", "load_raw_payload_dir"),  # file: session
     "random_pool": Reader("dagperf.dataset.random_pool", "load_random_pool_dir", POOL.options),
@@ -110,8 +104,10 @@ DIRECTORY_TYPES = {  # the types that read a directory
 
 
 def _compiler(dataset_type: str, options: ReadOptions | None) -> Compile:
-    reader = WITH_OPTIONS.get(dataset_type)
-    return FILE_TYPES[dataset_type] if reader is None else _read_with(reader, options)
+    reader = TRACE_READERS.get(dataset_type)
+    if reader is None or not reader.options:  # nothing a run's options change
+        return FILE_TYPES[dataset_type]
+    return _read_with(reader, options)
 
 
 def load_graph(
