@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from dagperf.dataset.dag_jsonl import UNION_TAGS
 from dagperf.dataset.limits import line_problem
 from dagperf.dataset.progress import reading_progress
+from dagperf.runtime.gcpause import gc_paused
 
 MAX_PROBLEMS = 100
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -67,6 +68,28 @@ def load_file(path: str | Path, read: Reader[T], source: str | None = None) -> T
             return parse_stream(f, source, read)
     except OSError as e:  # missing, a directory, unreadable
         raise DatasetError([Problem(source, None, f"cannot read: {e.strerror or e}")]) from None
+
+
+def read_files(files: list[Path], read: Callable[[BinaryIO, Problems], T]) -> list[tuple[Path, T]]:
+    """Each file read with `read` (a directory's files, one dataset), every file's problems
+    found before any is raised."""
+    found: list[Problem] = []
+    out = []
+    with gc_paused():
+        for path in files:
+            problems = Problems(str(path))
+            try:
+                with path.open("rb") as f:
+                    out.append((path, read(f, problems)))
+            except OSError as e:
+                problems.add(None, f"cannot read: {e.strerror or e}")
+            except DatasetError as e:  # one file past the problem cap
+                found += e.problems
+                continue
+            found += problems.items
+    if found:
+        raise DatasetError(found)
+    return out
 
 
 def parse_stream(stream: BinaryIO, source: str, read: Reader[T]) -> T:

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import model_validator
 
 from dagperf.dataset.aiperf_custom import TextRow, text_content
-from dagperf.dataset.loader import DatasetError, Problem, Problems, validated_lines
+from dagperf.dataset.loader import DatasetError, Problem, Problems, read_files, validated_lines
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
 from dagperf.runtime.gcpause import gc_paused
@@ -84,22 +84,7 @@ def load_random_pool_dir(
     files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
     if not files:
         raise DatasetError([Problem(str(directory), None, "a directory without files")])
-    found: list[Problem] = []
-    pools = []
-    with gc_paused():
-        for path in files:
-            problems = Problems(str(path))
-            try:
-                with path.open("rb") as f:
-                    pools.append(_pool(f, problems))
-            except OSError as e:
-                problems.add(None, f"cannot read: {e.strerror or e}")
-            except DatasetError as e:  # one file past the problem cap
-                found += e.problems
-                continue
-            found += problems.items
-    if found:
-        raise DatasetError(found)
+    pools = [pool for _, pool in read_files(files, _pool)]
     return _drawn(pools, draws, seed)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dagperf.dataset.content import with_roles
-from dagperf.dataset.loader import DatasetError, Problem, Problems, validated_lines
+from dagperf.dataset.loader import DatasetError, Problem, Problems, read_files, validated_lines
 from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
 from dagperf.runtime.gcpause import gc_paused
@@ -68,23 +68,6 @@ def load_raw_payload_dir(directory: Path) -> TraceDataset:
     files = sorted(directory.glob("*.jsonl"))
     if not files:
         raise DatasetError([Problem(str(directory), None, "a directory without *.jsonl files")])
-    found: list[Problem] = []
-    specs = []
-    with gc_paused():
-        for path in files:
-            problems = Problems(str(path))
-            try:
-                with path.open("rb") as f:
-                    bodies = _bodies(f, problems)
-            except OSError as e:
-                problems.add(None, f"cannot read: {e.strerror or e}")
-                bodies = []
-            except DatasetError as e:  # one file past the problem cap
-                found += e.problems
-                continue
-            found += problems.items
-            if bodies:
-                specs.append(_conversation(path.stem, bodies))
-    if found:
-        raise DatasetError(found)
+    read = read_files(files, _bodies)
+    specs = [_conversation(path.stem, bodies) for path, bodies in read if bodies]
     return TraceDataset(specs, ContextMode.MESSAGE_ARRAY_WITH_RESPONSES, timed=False)
