@@ -48,8 +48,8 @@ def table_rows(
 def _csv_rows(
     lines: Iterable[bytes], problems: Problems, required: tuple[str, ...]
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    text = io.TextIOWrapper(io.BufferedReader(_Lines(lines)), encoding="utf-8-sig", newline="")
-    reader = csv.reader(text)
+    data = b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines)
+    reader = csv.reader(io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", newline=""))
     try:
         names = next((row for row in reader if any(cell.strip() for cell in row)), [])
         header = [RENAMED.get(name.strip(), name.strip()) for name in names]
@@ -75,25 +75,3 @@ def _cell(value: str) -> Any:
     if _NUMBER.fullmatch(text):
         return float(text)
     return value
-
-
-class _Lines(io.RawIOBase):
-    """Byte lines as a readable stream, for the text wrapper the CSV reader needs."""
-
-    def __init__(self, lines: Iterable[bytes]):
-        self._lines = iter(lines)
-        self._rest = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._rest:
-            line = next(self._lines, None)
-            if line is None:
-                return 0
-            self._rest = line if line.endswith(b"\n") else line + b"\n"
-        size = min(len(buffer), len(self._rest))
-        buffer[:size] = self._rest[:size]
-        self._rest = self._rest[size:]
-        return size
