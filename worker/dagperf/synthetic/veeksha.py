@@ -205,9 +205,9 @@ def _reader(
 
 
 def _whole(value: Any, path: str, source: str, within: str = "session_generator.") -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not _is_whole(value):
         raise ConfigError(source, [f"{within}{path}: expected a whole number, got {value!r}"])
-    return value
+    return int(value)
 
 
 LMEVAL_FIELDS = {"type", "tasks", "num_fewshot", "include_path"}
