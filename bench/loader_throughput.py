@@ -78,7 +78,7 @@ def main() -> None:
         graph = compile_dag_jsonl(dataset)
         compiled = time.perf_counter()
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        lines = len(dataset.conversations)
+        lines = len(dataset.ids)
         del dataset, graph
         gc.collect()
 

@@ -33,6 +33,11 @@ def load(*lines: dict[str, Any] | str) -> DagDataset:
     return read_dag_jsonl(encode(*lines), "test.jsonl")
 
 
+def line_numbers(dataset: DagDataset) -> dict[str, int]:
+    """Each session's line in the file."""
+    return {sid: dataset.line_of(sid) for sid in dataset.ids}
+
+
 def problems(*lines: dict[str, Any] | str) -> list[Problem]:
     with pytest.raises(DatasetError) as caught:
         load(*lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from unittest.mock import patch
 
 import msgspec
 import pytest
@@ -21,8 +22,8 @@ from pydantic import ValidationError
 from dagperf.cli import main
 from dagperf.config import EndpointConfig
 from dagperf.dataset import DagConversation, DatasetError, read_dag_jsonl
-from dagperf.dataset.dag_lines import Interned, Read, read_line
-from dagperf.dataset.dag_reader import read_slowly
+from dagperf.dataset.dag_lines import Interned, check_line, read_slowly
+from dagperf.dataset.dag_pass import FilePass
 from dagperf.dataset.limits import line_problem
 from dagperf.endpoints import request_params
 from dagperf.graph import compile_dag_jsonl
@@ -57,7 +58,8 @@ def outcome(lines: list[bytes]) -> str:
         dataset = read_dag_jsonl(lines, "fuzz.jsonl")
     except DatasetError as e:
         assert e.problems
-        assert all(p.line is None or 1 <= p.line <= max(len(lines), 1) for p in e.problems)
+        last = b"\n".join(lines).count(b"\n") + 1  # an item may hold newlines of its own
+        assert all(p.line is None or 1 <= p.line <= last for p in e.problems)
         return "refused"
     try:
         graph = compile_dag_jsonl(dataset, max_tree_requests=5_000)
@@ -214,11 +216,34 @@ def test_the_fast_reader_and_the_models_agree(lines):
     refuse is read again by the models: the loader's verdict on a line is the models'."""
     for line in lines:
         if line_problem(line) is None:
-            fast = read_line(line, Interned()) is not None
+            fast = check_line(line) is not None
             event("accepted" if fast else "refused")
             assert not fast or models_accept(line), line
-            read = read_line(line, Interned()) or read_slowly(line, Interned())
-            assert isinstance(read, Read) == models_accept(line), line
+            read = check_line(line) or read_slowly(line)
+            assert (not isinstance(read, list)) == models_accept(line), line
+
+
+def verdict(lines: list[bytes]) -> object:
+    """What the loader makes of lines: every conversation as a tree will send it, or every
+    problem."""
+    try:
+        dataset = read_dag_jsonl(lines, "fuzz.jsonl")
+    except DatasetError as e:
+        return [str(p) for p in e.problems]
+    intern = Interned()
+    return {sid: dataset.lines.conversation(sid, intern) for sid in dataset.ids}
+
+
+@FAST
+@given(
+    st.one_of(mutated_files(), valid_files().map(lambda cs: [json.dumps(c).encode() for c in cs]))
+)
+def test_a_block_taken_whole_reads_as_its_lines_one_by_one(lines):
+    """The loader takes a block whole when nothing in it needs a look line by line: what it
+    keeps, and every problem it finds, are what reading each line alone gives."""
+    whole = verdict(lines)
+    with patch.object(FilePass, "take_block", lambda self, chunk: False):
+        assert verdict(lines) == whole
 
 
 def test_the_fast_reader_and_the_models_agree_on_hostile_strings():
@@ -246,7 +271,7 @@ def test_the_fast_reader_and_the_models_agree_on_hostile_strings():
         b'{"session_id": "a", "turns": [{"messages": [{"content": "x"}]}]}',
         b'{"session_id": "a", "turns": [{"messages": [{"role": "u"}]}], "x": 1}',
     ]
-    verdicts = [read_line(line, Interned()) is not None for line in lines]
+    verdicts = [check_line(line) is not None for line in lines]
     assert verdicts == [models_accept(line) for line in lines]
     assert verdicts.count(True) == 2  # the escaped names and the repeated key, as JSON allows
     # A key written twice whose first value is wrong: the structs refuse it, the models take
@@ -255,8 +280,8 @@ def test_the_fast_reader_and_the_models_agree_on_hostile_strings():
         b'{"session_id": "a", "turns": '
         b'[{"extra": [], "extra": {"t": 1}, "messages": [{"role": "u"}]}]}'
     )
-    assert read_line(twice, Interned()) is None and models_accept(twice)
-    (kept,) = read_dag_jsonl([twice], "f.jsonl").conversations.values()
+    assert check_line(twice) is None and models_accept(twice)
+    kept = read_dag_jsonl([twice], "f.jsonl").lines.conversation("a", Interned())
     assert kept.payloads[0].extra == {"t": 1}
 
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from dagperf.dataset import MAX_PROBLEMS, DatasetError, load_dag_jsonl, read_dag_jsonl
+from dagperf.dataset.dag_lines import Interned
 from dagperf.dataset.loader import load_file
 
-from dagfile import conv, encode, load, problems, refusal, turn, user
+from dagfile import conv, encode, line_numbers, load, problems, refusal, turn, user
 
 SYSTEM = {"role": "system", "content": "be brief"}
 OK = conv("ok")
@@ -388,7 +389,7 @@ def test_file_forms(tmp_path):
     packed.write_bytes(gzip.compress(b"".join(lines)))
     for path in (plain, packed):
         dataset = load_dag_jsonl(path)
-        assert dataset.lines == {"root": 1, "a": 3}
+        assert line_numbers(dataset) == {"root": 1, "a": 3}
         assert dataset.source == str(path)
 
 
@@ -410,7 +411,7 @@ def test_unreadable_files(tmp_path):
 def test_turn_fields_are_kept_as_authored():
     tool = {"type": "function", "function": {"name": "f"}}
     authored = turn(model="m", max_tokens=7, tools=[tool], extra={"temperature": 0.5}, delay=12.5)
-    kept = load(conv("a", authored)).conversations["a"]
+    kept = load(conv("a", authored)).lines.conversation("a", Interned())
     t = kept.payloads[0]
     assert (t.messages, t.model, t.max_tokens, t.tools, t.extra, kept.delays) == (
         authored["messages"],
@@ -458,9 +459,9 @@ def test_a_file_read_in_blocks_numbers_its_lines_as_one_read_line_by_line(monkey
     """Files are read a block at a time and split in C: lines cut by a block's end, blank lines,
     CRLF, a byte-order mark and a last line without its newline are numbered as they are when
     the lines come one by one."""
-    from dagperf.dataset import dag_reader
+    from dagperf.dataset import dag_pass, dag_reader
 
-    monkeypatch.setattr(dag_reader, "_BATCH_BYTES", block)
+    monkeypatch.setattr(dag_pass, "BATCH_BYTES", block)
     a, b = (line.rstrip(b"\n") for line in encode(conv("a", turn(forks=["b"])), conv("b")))
     text = b"\xef\xbb\xbf" + a + b"\r\n\n  \n" + b + b"\n" + b'{"session_id": 5}'
 
@@ -473,4 +474,4 @@ def test_a_file_read_in_blocks_numbers_its_lines_as_one_read_line_by_line(monkey
     assert by_line and all(p.startswith("<stdin>:5: ") for p in by_line)  # after two blank lines
     assert problems_read(io.BytesIO(text)) == by_line
     fixed = dag_reader.read_dag_jsonl(io.BytesIO(text.rsplit(b"\n", 1)[0]), "<stdin>")
-    assert fixed.lines == {"a": 1, "b": 4}
+    assert line_numbers(fixed) == {"a": 1, "b": 4}

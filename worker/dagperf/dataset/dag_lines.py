@@ -1,50 +1,64 @@
-"""dag_jsonl lines read fast, into the compact form a large dataset is held in.
+"""One dag_jsonl line, decoded twice in a run's life: checked when the file is loaded, and read
+for the wire when a tree that holds it is built.
 
-A line becomes a `ConversationRecord` (msgspec, one C pass) with each turn's messages left as
-JSON bytes, decoded a second time for their roles alone: a prompt never becomes Python objects
-on the scheduler. What is kept of the line is a `Conversation`: payloads (messages as those
-bytes), delays, branches, and where its opening turn has system messages. Strings that repeat
-(model names) are held once.
+The check decodes the line with the `Checked` structs (msgspec, one C pass; each message read
+for its role alone). The second read decodes it with the `Sendable` structs, keeping each turn's
+messages as the JSON bytes of the line: a prompt never becomes Python objects on the scheduler,
+and between the two reads the prompts stay in the file, not in memory (`line_store`). A line
+the structs refuse is parsed again by the pydantic models, which word its problems.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, NamedTuple
+import json
+import re
+from typing import NamedTuple
 
 import msgspec
-from msgspec import Meta, Struct
+from pydantic import ValidationError
 
-from dagperf.dataset.dag_records import Branch, ConversationRecord, Text, conversation_branches
+from dagperf.dataset.dag_jsonl import DagConversation
+from dagperf.dataset.dag_records import Branch, Checked, Sendable, conversation_branches
+from dagperf.dataset.limits import line_problem, too_deep
+from dagperf.dataset.loader import describe
 from dagperf.dataset.specs import Payload
 
-
-class _Role(Struct, frozen=True):
-    role: Text
-
-
-_decode_line = msgspec.json.Decoder(ConversationRecord).decode
-_decode_roles = msgspec.json.Decoder(Annotated[list[_Role], Meta(min_length=1)]).decode
-_SYSTEM = b'"system"'
+_check = msgspec.json.Decoder(Checked)
+_send = msgspec.json.Decoder(Sendable)
+#: Every line of a block at once, or an error at the first line the structs refuse.
+check_lines = _check.decode_lines
 _NO_DELAYS: dict[int, tuple[float, ...]] = {}
+_SESSION_ID = re.compile(rb'"session_id"\s*:\s*"([^"\\]{1,200})"')
 
 
 class Conversation(NamedTuple):
-    """What a run needs of one conversation line."""
+    """What a tree needs of one conversation line."""
 
     payloads: tuple[Payload, ...]
     delays: tuple[float, ...]  # seconds, per turn
     branches: tuple[Branch, ...]
-    opening_system: tuple[int, ...]  # positions of system messages in turn 0
 
 
-class Read(NamedTuple):
-    """One line read: the record (for the per-line rules), the kept form, per turn the positions
-    of its system messages, and whether the per-line rules have anything to check."""
+def check_line(raw: bytes) -> Checked | None:
+    """The line, or None when the structs refuse it (the models then say why)."""
+    try:
+        record = _check.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return None if sets_messages(record) else record
 
-    record: ConversationRecord
-    conversation: Conversation
-    system: tuple[tuple[int, ...], ...]
-    checks: bool
+
+def sets_messages(record: Checked) -> bool:
+    """The models' one rule the structs cannot state: `extra` may not replace the history."""
+    return any(turn.extra and "messages" in turn.extra for turn in record.turns)
+
+
+def system_positions(record: Checked) -> tuple[tuple[int, ...], ...]:
+    """Per turn, the positions of its system messages."""
+    return tuple(
+        tuple(i for i, message in enumerate(turn.messages) if message.role == "system")
+        for turn in record.turns
+    )
 
 
 class Interned:
@@ -57,38 +71,25 @@ class Interned:
         return self._strings.setdefault(text, text)
 
 
-def read_line(raw: bytes, intern: Interned) -> Read | None:
-    """The line, or None when the structs refuse it (the caller describes why)."""
-    try:
-        record = _decode_line(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
+def sendable(raw: bytes) -> Sendable:
+    """A line the loader accepted, decoded for the wire (msgspec's errors if it no longer
+    decodes: the caller says the file changed)."""
+    return _send.decode(raw)
+
+
+def conversation(record: Sendable, intern: Interned) -> Conversation:
     payloads = []
     delays = []
-    system = []
-    branched = bool(record.pre_session_spawns)
-    for turn in record.turns:  # one plain loop: this runs once per turn of a million lines
-        messages = bytes(turn.messages)
-        try:
-            roles = _decode_roles(messages)  # every message an object with a role, or refused
-        except msgspec.ValidationError:
-            return None
-        if _SYSTEM in messages or b"\\u" in messages:  # else no message can be a system one
-            system.append(tuple(i for i, m in enumerate(roles) if m.role == "system"))
-        else:
-            system.append(())
-        extra = turn.extra
-        if extra and "messages" in extra:
-            return None  # the models' rule, in their words
+    for turn in record.turns:  # one plain loop: this runs once per turn of every tree built
         model = turn.model
         payloads.append(
-            Payload(messages, model and intern(model), turn.max_tokens, turn.tools, extra)
-        )
+            Payload(bytes(turn.messages), model and intern(model), turn.max_tokens, turn.tools,
+                    turn.extra)
+        )  # fmt: skip
         delays.append(turn.delay / 1000.0)
-        branched = branched or bool(turn.forks or turn.spawns)
+    branched = record.pre_session_spawns or any(t.forks or t.spawns for t in record.turns)
     branches = tuple(conversation_branches(record)) if branched else ()
-    kept = Conversation(tuple(payloads), _shared(tuple(delays)), branches, system[0])
-    return Read(record, kept, tuple(system), branched or len(system) > 1)
+    return Conversation(tuple(payloads), _shared(tuple(delays)), branches)
 
 
 def _shared(delays: tuple[float, ...]) -> tuple[float, ...]:
@@ -96,3 +97,31 @@ def _shared(delays: tuple[float, ...]) -> tuple[float, ...]:
     if any(delays):
         return delays
     return _NO_DELAYS.setdefault(len(delays), delays)
+
+
+def read_slowly(raw: bytes) -> tuple[Checked, bytes] | list[str]:
+    """A line the fast reader refused, or that may hold numbers a server cannot read: its
+    problems in the models' words, or, when the models accept it after all (a key written
+    twice, the last value good, which the structs refuse), the line as the models read it and
+    those bytes, which a run then reads instead of the file's."""
+    if (unsafe := line_problem(raw)) is not None:
+        return [unsafe]
+    try:
+        model = DagConversation.model_validate_json(raw)
+    except ValidationError as e:
+        return list(describe(e, raw))
+    canonical = msgspec.json.encode(model.model_dump(exclude_defaults=True))
+    record = check_line(canonical)
+    return ["cannot be read as the models read it"] if record is None else (record, canonical)
+
+
+def session_id_of(raw: bytes) -> str | None:
+    if too_deep(raw):  # json.loads would recurse past the stack: the first one named will do
+        found = _SESSION_ID.search(raw)
+        return found.group(1).decode("utf-8", "replace") if found else None
+    try:
+        obj = json.loads(raw)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        return None
+    sid = obj.get("session_id") if isinstance(obj, dict) else None
+    return sid if isinstance(sid, str) and sid else None

@@ -1,16 +1,17 @@
 """dag_jsonl lines as msgspec structs, and the branches a conversation declares.
 
 The structs state what the pydantic models of `dag_jsonl.py` state, so msgspec can decode a
-line in one C pass, leaving each turn's messages as the raw bytes of the line; the models stay
-the authority on wording and describe a line the structs refuse (rare, and worth a second parse
-for a good message). tests/test_dataset_fuzz.py holds the two to the same verdicts.
+line in one C pass; the models stay the authority on wording and describe a line the structs
+refuse (rare, and worth a second parse for a good message). tests/test_dataset_fuzz.py holds
+the two to the same verdicts. A turn's messages come in two forms: `Checked` reads their roles
+alone (the loader's pass over the file), `Sendable` leaves them the raw bytes of the line (a
+tree being built for the wire).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Generic, NamedTuple, TypeVar
 
 from msgspec import Meta, Raw, Struct
 
@@ -18,6 +19,7 @@ from dagperf.dataset.limits import MAX_TOKENS, MAX_WAIT_S
 
 Id = Annotated[str, Meta(min_length=1)]
 Text = Annotated[str, Meta(min_length=1)]
+M = TypeVar("M")
 
 
 class ForkRecord(Struct, forbid_unknown_fields=True, frozen=True):
@@ -30,8 +32,8 @@ class SpawnRecord(Struct, forbid_unknown_fields=True, frozen=True):
     join_at: int | None = None
 
 
-class TurnRecord(Struct, forbid_unknown_fields=True, frozen=True):
-    messages: Raw
+class TurnRecord(Struct, Generic[M], forbid_unknown_fields=True, frozen=True):
+    messages: M
     model: Text | None = None
     max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
     tools: list[dict[str, Any]] | None = None
@@ -41,10 +43,21 @@ class TurnRecord(Struct, forbid_unknown_fields=True, frozen=True):
     delay: Annotated[float, Meta(ge=0, le=MAX_WAIT_S * 1000)] = 0.0
 
 
-class ConversationRecord(Struct, forbid_unknown_fields=True, frozen=True):
+class ConversationRecord(Struct, Generic[M], forbid_unknown_fields=True, frozen=True):
     session_id: Id
-    turns: Annotated[list[TurnRecord], Meta(min_length=1)]
+    turns: Annotated[list[TurnRecord[M]], Meta(min_length=1)]
     pre_session_spawns: list[Id] = []
+
+
+class Role(Struct, frozen=True):
+    """A message as the loader checks it: an object with a role string (the rest is the
+    server's to read)."""
+
+    role: Text
+
+
+Checked = ConversationRecord[Annotated[list[Role], Meta(min_length=1)]]
+Sendable = ConversationRecord[Raw]
 
 
 class BranchMode(StrEnum):
@@ -52,8 +65,7 @@ class BranchMode(StrEnum):
     SPAWN = "spawn"
 
 
-@dataclass(frozen=True, slots=True)
-class Branch:
+class Branch(NamedTuple):
     """One branch as the file means it: children started together from one point of a parent.
 
     Bare strings of one kind on one turn collapse into a single branch; each SPAWN object is a
@@ -70,9 +82,15 @@ class Branch:
     background: bool = False
 
 
-def conversation_branches(conv: ConversationRecord) -> list[Branch]:
+def conversation_branches(conv: ConversationRecord[Any]) -> list[Branch]:
     """Every branch a conversation declares, pre-session spawns first, then turn by turn."""
     sid = conv.session_id
+    turns = conv.turns
+    if len(turns) == 1 and not conv.pre_session_spawns and not turns[0].spawns:
+        forks = turns[0].forks  # the common branching line: one turn of bare forks
+        bare = tuple(f for f in forks if type(f) is str)
+        if bare and len(bare) == len(forks):
+            return [Branch(f"{sid}:0", BranchMode.FORK, bare, 0, None)]
     out = []
     if conv.pre_session_spawns:
         out.append(

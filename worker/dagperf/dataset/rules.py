@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
 
-from dagperf.dataset.dag_lines import Conversation
-from dagperf.dataset.dag_records import Branch, BranchMode, ConversationRecord, TurnRecord
+import numpy as np
+from numpy.typing import NDArray
+
+from dagperf.dataset.dag_edges import NO_TURN, PRE_SESSION, Edges
+from dagperf.dataset.dag_records import ConversationRecord, TurnRecord
 
 _SYSTEM_HINT = (
     "chat templates ignore a system message after position 0, and history is appended, so put "
@@ -24,10 +28,20 @@ _SYSTEM_HINT = (
 
 
 def conversation_problems(
-    conv: ConversationRecord, system: tuple[tuple[int, ...], ...]
-) -> Iterator[str]:
+    conv: ConversationRecord[Any], system: tuple[tuple[int, ...], ...] | None
+) -> list[str]:
     """Problems visible within one conversation line; `system` holds, per turn, the positions
-    of its system messages."""
+    of its system messages (None: it has none)."""
+    turns = conv.turns
+    if len(turns) == 1 and not turns[0].spawns and not conv.pre_session_spawns:
+        # One turn that forks, the common branching line: only a child listed twice is wrong.
+        children = [f if isinstance(f, str) else f.child for f in turns[0].forks]
+        if len(set(children)) == len(children):
+            return []
+    return list(_problems(conv, system or ((),) * len(turns)))
+
+
+def _problems(conv: ConversationRecord[Any], system: tuple[tuple[int, ...], ...]) -> Iterator[str]:
     sid = conv.session_id
     last = len(conv.turns) - 1
     for child in _repeated(conv.pre_session_spawns):
@@ -42,7 +56,7 @@ def conversation_problems(
             )
 
 
-def _branch_entry_problems(where: str, k: int, last: int, turn: TurnRecord) -> Iterator[str]:
+def _branch_entry_problems(where: str, k: int, last: int, turn: TurnRecord[Any]) -> Iterator[str]:
     fork_children = [f if isinstance(f, str) else f.child for f in turn.forks]
     for child in _repeated(fork_children):
         yield f"{where}: child '{child}' is listed twice in forks"
@@ -81,45 +95,75 @@ def _branch_entry_problems(where: str, k: int, last: int, turn: TurnRecord) -> I
 
 
 def file_problems(
-    conversations: Mapping[str, Conversation],
-    lines: Mapping[str, int],
+    edges: Edges,
+    ids: Mapping[str, int],
+    sids: Sequence[str],
+    opening_system: Mapping[str, tuple[int, ...]],
+    lines: Sequence[int],
     unparsed: set[str],
 ) -> Iterator[tuple[int, str]]:
-    """Problems that need the whole file, as (line, message), in file order.
+    """Problems that need the whole file, as (line, message): `ids` numbers each conversation,
+    `sids` and `lines` name each by its number, `opening_system` holds the positions of
+    system messages in turn 0 where there are any.
 
     `unparsed` names sessions whose line failed its schema: references to them are not reported
     as undeclared, since that line already has its own error.
     """
-    fork_parent: dict[str, tuple[str, int | None]] = {}
+    parent, turn = edges.parent, edges.turn
+    for i, child in edges.undeclared.items():
+        if child not in unparsed:
+            p = int(parent[i])
+            yield lines[p], _undeclared(sids[p], _turn(turn[i]), child, ids)
+    by_child, first = edges.first_fork_parents()
+    for i, f in zip(by_child.tolist(), first.tolist(), strict=True):
+        if i != f and (parent[i], turn[i]) != (parent[f], turn[f]):
+            here, there = _where(sids, parent, turn, i), _where(sids, parent, turn, f)
+            yield lines[int(parent[i])], _two_fork_parents(sids[int(edges.child[i])], there, here)
+    fork_children = edges.child[first]
+    pre = np.flatnonzero((edges.kind == PRE_SESSION) & (edges.child >= 0))
+    for i in pre[np.isin(edges.child[pre], fork_children)].tolist():
+        p = int(parent[i])
+        yield lines[p], _pre_session_fork_target(sids[p], sids[int(edges.child[i])])
+    yield from _forked_system(edges, ids, sids, opening_system, lines, first)
+    starters = edges.starters(len(sids))
     # Only conversations that start others can lie on a cycle: the rest stay out of the search.
     children_of: dict[str, list[str]] = {}
-    pre_session: list[tuple[str, str]] = []
-    for sid, conversation in conversations.items():
-        for branch in conversation.branches:
-            for child in branch.children:
-                if child not in conversations:
-                    if child not in unparsed:
-                        yield lines[sid], _undeclared(sid, branch, child, conversations)
-                    continue
-                if conversations[child].branches:
-                    children_of.setdefault(sid, []).append(child)
-                here = (sid, branch.turn)
-                if branch.turn is None:
-                    pre_session.append((sid, child))
-                elif branch.mode is BranchMode.FORK and fork_parent.setdefault(child, here) != here:
-                    yield lines[sid], _two_fork_parents(child, fork_parent[child], here)
-    for sid, child in pre_session:
-        if child in fork_parent:
-            yield lines[sid], _pre_session_fork_target(sid, child)
-    for child, (parent, _) in fork_parent.items():
-        for problem in _system_messages(
-            conversations[child].opening_system,
-            f"session '{child}' turn 0: non-root turns may not contain a 'system' message "
-            f"(this FORK child continues the history of '{parent}')",
-        ):
-            yield lines[child], problem
+    for i in np.flatnonzero(edges.child >= 0)[starters[edges.child[edges.child >= 0]]].tolist():
+        children_of.setdefault(sids[int(parent[i])], []).append(sids[int(edges.child[i])])
     for cycle in _cycles(children_of):
-        yield lines[cycle[-2]], "cycle detected: " + " -> ".join(cycle)
+        yield lines[ids[cycle[-2]]], "cycle detected: " + " -> ".join(cycle)
+
+
+def _forked_system(
+    edges: Edges,
+    ids: Mapping[str, int],
+    sids: Sequence[str],
+    opening_system: Mapping[str, tuple[int, ...]],
+    lines: Sequence[int],
+    first: NDArray[np.int64],
+) -> Iterator[tuple[int, str]]:
+    """A FORK child continues its parent's history, so its turn 0 may hold no system message."""
+    if not opening_system:
+        return
+    parent_of = dict(zip(edges.child[first].tolist(), edges.parent[first].tolist(), strict=True))
+    for sid, positions in opening_system.items():
+        if (n := ids[sid]) in parent_of:
+            for problem in _system_messages(
+                positions,
+                f"session '{sid}' turn 0: non-root turns may not contain a 'system' message "
+                f"(this FORK child continues the history of '{sids[parent_of[n]]}')",
+            ):
+                yield lines[n], problem
+
+
+def _turn(turn: np.int64) -> int | None:
+    return None if turn == NO_TURN else int(turn)
+
+
+def _where(
+    sids: Sequence[str], parent: NDArray[np.int64], turn: NDArray[np.int64], i: int
+) -> tuple[str, int | None]:
+    return sids[int(parent[i])], _turn(turn[i])
 
 
 def _pre_session_fork_target(sid: str, child: str) -> str:
@@ -149,11 +193,9 @@ def _repeated(items: list[str]) -> list[str]:
     return [item for item, count in Counter(items).items() if count > 1]
 
 
-def _undeclared(
-    sid: str, branch: Branch, child: str, conversations: Mapping[str, Conversation]
-) -> str:
-    where = "pre_session_spawns" if branch.turn is None else f"turn {branch.turn}"
-    known = sorted(conversations)
+def _undeclared(sid: str, turn: int | None, child: str, declared: Collection[str]) -> str:
+    where = "pre_session_spawns" if turn is None else f"turn {turn}"
+    known = sorted(declared)
     shown = repr(known[:10])[:-1] + (f", ... {len(known) - 10} more]" if len(known) > 10 else "]")
     message = (
         f"session '{sid}' {where}: branch target '{child}' not declared. Known sessions: {shown}"

@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Collection
 
 from dagperf.config import LoadConfig
+from dagperf.dataset.loader import DatasetError
 from dagperf.engine.flights import Flight, Flights, armed_in, armed_under, settle_armed
 from dagperf.engine.phase import (
     Arrivals,
@@ -291,7 +292,10 @@ class Dispatcher:
         while not self._closed and self._p.admit(self._slots.limit, self._arrivals.on):
             self._run_ids += 1
             cancel = bool(self._load.cancel_session_on_failure)
-            run = TreeRun(self._run_ids, *self._p.trees.take(), self._p.phase, cancel)
+            try:  # a tree is read from the dataset's file when first run
+                run = TreeRun(self._run_ids, *self._p.trees.take(), self._p.phase, cancel)
+            except DatasetError as e:  # the file changed since it was loaded
+                return self._fail(str(e))
             self._runs[run.id] = run
             for node in run.tree.entry:
                 self._make_ready(run, node)

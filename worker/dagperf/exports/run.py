@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dagperf.config import EndpointConfig
+from dagperf.dataset.loader import DatasetError
 from dagperf.engine import Flight, TreeRun
 from dagperf.exports.inputs import write_inputs
 from dagperf.exports.records import RecordWriter, record
@@ -149,6 +150,8 @@ class RunOutput:
                 write_inputs(self.artifacts.inputs, *self._inputs)
             except OSError as e:
                 self._inputs_error = f"cannot write {self.artifacts.inputs}: {e.strerror or e}"
+            except DatasetError as e:  # its file changed during the run: the run says so too
+                self._inputs_error = f"cannot write {self.artifacts.inputs}: {e}"
 
     def write_error(self) -> str | None:
         """Why records could not be written, once they could not."""

@@ -25,16 +25,19 @@ is running.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, overload
 
-from dagperf.dataset.dag_lines import Conversation
+import numpy as np
+from numpy.typing import NDArray
+
+from dagperf.dataset.dag_edges import BACKGROUND
+from dagperf.dataset.dag_lines import Conversation, Interned
 from dagperf.dataset.dag_reader import DagDataset
 from dagperf.dataset.dag_records import BranchMode
 from dagperf.dataset.loader import DatasetError, Problem
 from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Shape, Tree
-from dagperf.runtime.gcpause import gc_paused
 
 MAX_TREE_REQUESTS = 1_000_000
 
@@ -42,25 +45,25 @@ MAX_TREE_REQUESTS = 1_000_000
 def compile_dag_jsonl(
     dataset: DagDataset, max_tree_requests: int = MAX_TREE_REQUESTS
 ) -> RequestGraph:
-    with gc_paused():
-        shape = _shape(dataset)
-    for root, size in zip(dataset.roots, shape.sizes, strict=True):
-        if size > max_tree_requests:
-            message = (
-                f"session '{root}' expands to more than {max_tree_requests:,} requests per run "
-                "(SPAWN targets referenced by several parents are sent once per reference)"
-            )
-            raise DatasetError([Problem(dataset.source, dataset.lines[root], message)])
+    shape = _shape(dataset)
+    if (over := np.flatnonzero(np.asarray(shape.sizes) > max_tree_requests)).size:
+        root = dataset.roots[int(over[0])]
+        message = (
+            f"session '{root}' expands to more than {max_tree_requests:,} requests per run "
+            "(SPAWN targets referenced by several parents are sent once per reference)"
+        )
+        raise DatasetError([Problem(dataset.source, dataset.line_of(root), message)])
     return RequestGraph(dataset.source, _Trees(dataset), known=shape)
 
 
 class _Trees(Sequence[Tree]):
     """A dataset's trees, each built when it is read (and not kept: the reader keeps what it
-    needs)."""
+    needs), from its conversations read back from the file."""
 
     def __init__(self, dataset: DagDataset):
         self._roots = dataset.roots
-        self._conversations = dataset.conversations
+        self._lines = dataset.lines  # not the dataset: its branches are counted, then let go
+        self._intern = Interned()
 
     def __len__(self) -> int:
         return len(self._roots)
@@ -72,7 +75,15 @@ class _Trees(Sequence[Tree]):
     def __getitem__(self, index: int | slice) -> Tree | Sequence[Tree]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return _expand(self._roots[index], self._conversations)
+        read: dict[str, Conversation] = {}
+
+        def conversation(sid: str) -> Conversation:
+            found = read.get(sid)
+            if found is None:
+                found = read[sid] = self._lines.conversation(sid, self._intern)
+            return found
+
+        return _expand(self._roots[index], conversation)
 
 
 class _Count(NamedTuple):
@@ -85,59 +96,82 @@ class _Count(NamedTuple):
 
 
 def _shape(dataset: DagDataset) -> Shape:
-    """The shape of every tree, from one count per conversation that starts others (the loader
-    refused cycles); a conversation reached from two parents is counted once and added twice,
-    as expansion sends it twice."""
-    conversations = dataset.conversations
-    counts: dict[str, _Count] = {}
-    roots = [_count(root, conversations, counts) for root in dataset.roots]
+    """The shape of every tree. What each conversation's children that start nothing add is
+    summed over every edge at once; only a conversation with a child that starts others is
+    counted one by one (the loader refused cycles). A conversation reached from two parents
+    is counted once and added twice, as expansion sends it twice."""
+    edges = dataset.edges
+    turns = np.frombuffer(dataset.turns, np.int64)
+    count = len(turns)
+    starters = edges.starters(count)
+    leaf = ~starters[edges.child]
+    parents, fork = edges.parent[leaf], edges.kind[leaf] <= BACKGROUND
+    own = _Own(
+        turns + np.bincount(parents, turns[edges.child[leaf]], count).astype(np.int64),
+        np.bincount(parents, minlength=count) > 0,
+        np.bincount(parents[fork], minlength=count),
+        np.bincount(parents[~fork], minlength=count),
+    )
+    deep: dict[int, list[tuple[int, bool]]] = {}
+    for i in np.flatnonzero(~leaf).tolist():
+        deep.setdefault(int(edges.parent[i]), []).append(
+            (int(edges.child[i]), bool(edges.kind[i] <= BACKGROUND))
+        )
+    roots = dataset.root_numbers
+    sizes, heights = own.requests[roots], own.height[roots].astype(np.int64)
+    forks, spawns = own.forks[roots], own.spawns[roots]
+    counts: dict[int, _Count] = {}
+    for at, root in enumerate(roots.tolist()):
+        if root in deep:
+            sizes[at], heights[at], forks[at], spawns[at] = _count(root, own, deep, counts)
     return Shape(
-        [c.requests for c in roots],
-        len(conversations),
-        max((c.height for c in roots), default=0),
-        sum(c.forks for c in roots),
-        sum(c.spawns for c in roots),
-        frozenset({p.model for conv in conversations.values() for p in conv.payloads}),
+        sizes.tolist(),
+        count,
+        int(heights.max(initial=0)),
+        int(forks.sum()),
+        int(spawns.sum()),
+        dataset.models,
     )
 
 
-def _count(sid: str, conversations: dict[str, Conversation], counts: dict[str, _Count]) -> _Count:
-    """One conversation's count, its branching descendants counted first: iteratively, as FORK
-    chains run deep. Conversations that start nothing (most) are counted where they are met."""
-    stack = [sid]
+class _Own(NamedTuple):
+    """By conversation number, what it and its children that start nothing add to a tree."""
+
+    requests: NDArray[np.int64]
+    height: NDArray[np.bool_]
+    forks: NDArray[np.int64]
+    spawns: NDArray[np.int64]
+
+
+def _count(
+    number: int, own: _Own, deep: dict[int, list[tuple[int, bool]]], counts: dict[int, _Count]
+) -> _Count:
+    """A conversation with children that start others, those counted first: iteratively, as
+    FORK chains run deep."""
+    stack = [number]
     while stack:
         top = stack[-1]
         if top in counts:
             stack.pop()
             continue
-        branches = conversations[top].branches
-        below = [
-            child
-            for branch in branches
-            for child in branch.children
-            if child not in counts and conversations[child].branches
-        ]
+        below = [child for child, _ in deep[top] if child in deep and child not in counts]
         if below:
             stack.extend(below)
             continue
         stack.pop()
-        counts[top] = _tally(conversations[top], conversations, counts)
-    return counts.get(sid) or _tally(conversations[sid], conversations, counts)
-
-
-def _tally(
-    conv: Conversation, conversations: dict[str, Conversation], counts: dict[str, _Count]
-) -> _Count:
-    requests, height, forks, spawns = len(conv.payloads), 0, 0, 0
-    for branch in conv.branches:
-        fork = branch.mode is BranchMode.FORK
-        for child in branch.children:
-            below = counts.get(child) or _Count(len(conversations[child].payloads), 0, 0, 0)
-            requests += below.requests
-            height = max(height, below.height + 1)
-            forks += below.forks + fork
-            spawns += below.spawns + (not fork)
-    return _Count(requests, height, forks, spawns)
+        requests, height = int(own.requests[top]), int(own.height[top])
+        forks, spawns = int(own.forks[top]), int(own.spawns[top])
+        for child, fork in deep[top]:
+            below_count = counts.get(child) or _Count(
+                int(own.requests[child]), int(own.height[child]), int(own.forks[child]),
+                int(own.spawns[child]),
+            )  # fmt: skip
+            requests += below_count.requests
+            height = max(height, below_count.height + 1)
+            forks += below_count.forks + fork
+            spawns += below_count.spawns + (not fork)
+        counts[top] = _Count(requests, height, forks, spawns)
+    return counts[number]
 
 
 @dataclass(slots=True)
@@ -165,14 +199,14 @@ class _Draft:
     join_deps: list[int] = field(default_factory=list)
 
 
-def _expand(root: str, templates: dict[str, Conversation]) -> Tree:
+def _expand(root: str, templates: Callable[[str], Conversation]) -> Tree:
     sessions: list[Session] = []
     drafts: list[_Draft] = []
     sent_first: set[int] = set()  # turn 0 of pre-session spawns: sent before their siblings
     queue = deque([_Start(root, SessionKind.ROOT, None, None, 0, None, (), None, None)])
     while queue:
         start = queue.popleft()
-        template = templates[start.conversation_id]
+        template = templates(start.conversation_id)
         s, first, n = len(sessions), len(drafts), len(template.payloads)
         route = s if start.route is None else start.route
         sessions.append(
@@ -225,7 +259,7 @@ def _expand(root: str, templates: dict[str, Conversation]) -> Tree:
             dependents[dep].append(i)
     nodes = []
     for i, d in enumerate(drafts):
-        template = templates[sessions[d.session].conversation_id]
+        template = templates(sessions[d.session].conversation_id)
         nodes.append(
             Node(
                 d.session,

@@ -1,0 +1,149 @@
+"""A loaded dag_jsonl dataset keeps where each line lies, not its prompts, and reads a
+conversation back when a tree that holds it is built: these tests hold that reading to the
+file as loaded (a changed file is an error, never a wrong request) and a large file read in
+two processes to the same dataset and the same problems as one read in one."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from dagperf.dataset import DatasetError, dag_halves, load_dag_jsonl
+from dagperf.dataset.dag_lines import Interned
+from dagperf.dataset.line_store import FileChanged
+from dagperf.graph import compile_dag_jsonl
+
+from dagfile import conv, encode, line_numbers, turn, user
+from runs import finish, serving, start_profile
+
+
+def write(path: Path, *lines) -> Path:
+    path.write_bytes(b"".join(encode(*lines)))
+    return path
+
+
+def sent(dataset, sid: str) -> list:
+    return [p.messages for p in dataset.lines.conversation(sid, Interned()).payloads]
+
+
+def test_a_conversation_is_read_back_from_the_file_as_it_was_loaded(tmp_path):
+    path = write(tmp_path / "d.jsonl", conv("a", turn(forks=["b"])), conv("b", turn(), turn()))
+    dataset = load_dag_jsonl(path)
+    assert dataset.lines.store.fd is not None  # read back by offset, not held
+    assert sent(dataset, "b") == [[user()], [user()]]
+    packed = tmp_path / "d.jsonl.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    held = load_dag_jsonl(packed)
+    assert held.lines.store.fd is None  # a compressed file's offsets are not the file's
+    assert sent(held, "b") == sent(dataset, "b")
+
+
+def test_a_file_changed_after_loading_is_an_error_not_a_wrong_request(tmp_path):
+    path = write(tmp_path / "d.jsonl", conv("a"), conv("b"))
+    dataset = load_dag_jsonl(path)
+    stat = path.stat()
+    # The same size and modification time, another session on line 2: the line says so.
+    path.write_bytes(path.read_bytes().replace(b'"b"', b'"c"'))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(FileChanged) as caught:
+        dataset.lines.conversation("b", Interned())
+    assert str(caught.value) == (
+        f"{path}:2: the file changed after it was loaded (line 2 no longer holds session 'b'); "
+        "a dataset must stay as it is while a run reads it"
+    )
+    with path.open("ab") as f:  # grown: caught before any line is read
+        f.write(b"\n")
+    with pytest.raises(FileChanged, match="its size or modification time differs"):
+        dataset.lines.conversation("a", Interned())
+
+
+def test_a_file_replaced_after_loading_is_still_read_as_loaded(tmp_path):
+    path = write(tmp_path / "d.jsonl", conv("a"))
+    dataset = load_dag_jsonl(path)
+    write(tmp_path / "new.jsonl", conv("z", turn(messages=[user("other")])))
+    (tmp_path / "new.jsonl").replace(path)  # the loader's descriptor still reads the old file
+    assert sent(dataset, "a") == [[user()]]
+
+
+def lines_in_both_halves(good: bool) -> list:
+    """Forks and spawns that cross the file's middle both ways; when not `good`, problems in
+    both halves and across them."""
+    background = {"child": "x", "background": True}
+    first = [conv("r", turn(forks=[background]), turn(spawns=["y"])), conv("p", turn(forks=["q"]))]
+    first += [conv(f"f{i}", turn(messages=[user("f" * 200)])) for i in range(40)]
+    second = [conv("q"), conv("x"), conv("y", turn(forks=["z"])), conv("z")]
+    second += [conv(f"s{i}", turn(messages=[user("s" * 200)])) for i in range(40)]
+    if not good:
+        first.append(conv("dup"))
+        second += [conv("dup"), conv("bad", turn(max_tokens=0)), conv("w", turn(forks=["q"]))]
+        second.append(conv("u", turn(spawns=["nowhere"])))
+    return first + second
+
+
+def read(path: Path, split: int, monkeypatch) -> object:
+    monkeypatch.setattr(dag_halves, "SPLIT_BYTES", split)
+    try:
+        return load_dag_jsonl(path)
+    except DatasetError as e:
+        return [str(p) for p in e.problems]
+
+
+@pytest.mark.parametrize("good", [True, False])
+def test_two_processes_read_a_file_as_one_does(tmp_path, monkeypatch, good):
+    path = write(tmp_path / "d.jsonl", *lines_in_both_halves(good))
+    whole, halves = read(path, 1 << 40, monkeypatch), read(path, 1, monkeypatch)
+    if not good:
+        assert any("duplicate session_id 'dup'" in p for p in halves)
+        assert any("forked by both 'p' turn 0 and 'w' turn 0" in p for p in halves)
+        assert halves == whole
+        return
+    assert line_numbers(halves) == line_numbers(whole)
+    assert (halves.roots, halves.turns) == (whole.roots, whole.turns)
+    graph, once = compile_dag_jsonl(halves), compile_dag_jsonl(whole)
+    assert graph.shape == once.shape
+    assert list(graph.trees) == list(once.trees)
+
+
+def test_a_child_that_dies_costs_only_time(tmp_path, monkeypatch):
+    path = write(tmp_path / "d.jsonl", *lines_in_both_halves(good=True))
+    whole = read(path, 1 << 40, monkeypatch)
+    monkeypatch.setattr(dag_halves, "_second_half", lambda *args: os._exit(1))
+    assert line_numbers(read(path, 1, monkeypatch)) == line_numbers(whole)
+
+
+COMPLETION = {
+    "id": "c",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}  # fmt: skip
+
+
+async def test_a_run_whose_file_changes_stops_with_the_reason(tmp_path):
+    """The first request rewrites the dataset; the next tree the run builds is read from the
+    changed file, so the run ends, failed, saying why, and sends nothing it would misread."""
+    dataset = tmp_path / "data.dag.jsonl"
+    bodies = []
+
+    async def reply(request: web.Request) -> web.Response:
+        bodies.append(await request.json())
+        dataset.write_bytes(dataset.read_bytes().replace(b'"b"', b'"B"'))
+        return web.json_response(COMPLETION)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", reply)
+    lines = [conv(name, turn(messages=[user(name)])) for name in "ab"]
+    async with serving(app) as url:
+        flags = ("--model", "m", "--concurrency", "1", "--request-count", "2")
+        process, directory = await start_profile(url, tmp_path, lines, *flags)
+        run = await finish(process, directory, None)
+    assert [b["messages"] for b in bodies] == [[user("a")]]
+    assert run.returncode != 0, run.stderr
+    assert f"the run failed: {dataset}: the file changed after it was loaded" in run.stderr
+    assert "Traceback" not in run.stderr

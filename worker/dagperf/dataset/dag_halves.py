@@ -1,0 +1,97 @@
+"""A large dag_jsonl file read by two processes at once, one per half.
+
+Reading is Python-bound (decoding, then filing every line), and the machine a benchmark starts
+on has its cores idle while it reads, so a file past `SPLIT_BYTES` is cut at the line nearest
+its middle: a forked child reads the second half while this process reads the first, and hands
+back what it found (`dag_pass.Part`: session ids, numbers, spans, edges; never the prompts) to
+be merged in file order. A child that dies (killed for memory, say) costs only time: its half is
+read again here. Forking needs Linux; elsewhere the file is read in one pass.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from multiprocessing.connection import Connection
+from typing import BinaryIO
+
+from dagperf.dataset.dag_pass import Chunks, FilePass, Part
+from dagperf.dataset.line_store import LineStore
+from dagperf.dataset.loader import DatasetError
+
+SPLIT_BYTES = 64 << 20  # below this, forking costs more than it saves
+_LOOK = 1 << 16
+
+
+def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
+    """The pass over a whole stream, in two processes when it is a large plain file."""
+    forkable = sys.platform == "linux" and not multiprocessing.current_process().daemon
+    middle = _middle(store) if forkable else None
+    if middle is None:
+        return _read(FilePass(source, store), Chunks(stream))
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_second_half, args=(send, stream, source, middle), daemon=True)
+    child.start()
+    send.close()
+    first = Chunks(stream, 0, middle)
+    reading = _read(FilePass(source, store), first)
+    try:
+        outcome = receive.recv()
+    except EOFError:  # the child died: read its half here
+        outcome = None
+    finally:
+        child.join()
+        receive.close()
+    if isinstance(outcome, BaseException):
+        raise outcome
+    if outcome is None:
+        stream.seek(middle)
+        own = FilePass(source, LineStore(source, stream))
+        outcome = _read(own, Chunks(stream, middle)).part()
+    reading.merge(outcome, first.next_line - 1)
+    return reading
+
+
+def _read(reading: FilePass, chunks: Chunks) -> FilePass:
+    for chunk in chunks:
+        if not reading.take_block(chunk):
+            reading.take_lines(chunk)
+    return reading
+
+
+def _second_half(send: Connection, stream: BinaryIO, source: str, middle: int) -> None:
+    """In the child: the pass from `middle` to the end, sent as a Part (or the error)."""
+    try:
+        # Opened anew, not dup'ed: a duplicate would share (and move) the parent's position.
+        with open(f"/proc/self/fd/{stream.fileno()}", "rb") as own:
+            own.seek(middle)
+            reading = FilePass(source, LineStore(source, own))
+            try:
+                _read(reading, Chunks(own, middle))
+                outcome: Part | BaseException = reading.part()
+            except DatasetError:  # past the problem cap: the problems so far say it
+                outcome = reading.part()
+        send.send(outcome)
+    except BaseException as e:
+        send.send(e)
+    finally:
+        send.close()
+
+
+def _middle(store: LineStore) -> int | None:
+    """Where the line after the file's middle starts, for a plain file past SPLIT_BYTES."""
+    fd = store.fd
+    if fd is None:
+        return None
+    size = os.fstat(fd).st_size
+    if size < SPLIT_BYTES:
+        return None
+    at = size // 2
+    while at < size:
+        window = os.pread(fd, _LOOK, at)
+        if (newline := window.find(b"\n")) >= 0:
+            return at + newline + 1 if at + newline + 1 < size else None
+        at += len(window)
+    return None

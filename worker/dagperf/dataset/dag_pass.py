@@ -1,0 +1,312 @@
+"""One pass over a dag_jsonl file, or a range of it, a megabyte at a time.
+
+A block is taken whole when msgspec decodes all its lines in one call and nothing in it needs a
+look line by line (a number that may not fit 64 bits, a line with many brackets, a blank line,
+an escaped key): numpy finds its line spans, and Python touches a record only to see whether
+it branches, sends several turns or sets an `extra`. Any other block is read line by line, and
+a line the structs refuse is parsed again by the pydantic models, to word its problems and
+recover its session_id. Problems are collected rather than raised, up to `MAX_PROBLEMS`,
+because a user fixing a generated file wants the whole list.
+
+What is kept of a line is small: where it lies (read again when a run reaches it,
+`line_store`), its line number, its turn count and, for a conversation that starts others, its
+branches as numbered edges (`dag_edges`). The prompts stay in the file.
+"""
+
+from __future__ import annotations
+
+import operator
+from array import array
+from collections.abc import Iterator
+from typing import Any, BinaryIO, NamedTuple
+
+import msgspec
+import numpy as np
+
+from dagperf.dataset.dag_edges import EdgeList, Edges
+from dagperf.dataset.dag_lines import (
+    check_line,
+    check_lines,
+    read_slowly,
+    session_id_of,
+    sets_messages,
+    system_positions,
+)
+from dagperf.dataset.dag_records import Checked, conversation_branches
+from dagperf.dataset.limits import MAX_DEPTH, line_problem, suspect_digits
+from dagperf.dataset.line_store import LineStore, Spans
+from dagperf.dataset.loader import MAX_PROBLEMS, STOPPED_READING, DatasetError, Problem, capped
+from dagperf.dataset.rules import conversation_problems, file_problems
+
+BATCH_BYTES = 1 << 20
+_BOM = b"\xef\xbb\xbf"
+_NEWLINE, _OPEN_LIST, _OPEN_OBJECT = b"\n[{"
+_session_id = operator.attrgetter("session_id")
+_turns = operator.attrgetter("turns")
+_STOPPED_CHECKING = (
+    f"too many problems: stopped checking after {MAX_PROBLEMS}; fix these and validate again"
+)
+
+
+class Chunk(NamedTuple):
+    data: bytes  # whole lines, without the newline that ends the last
+    position: int  # where `data` starts in the stream
+    first: int  # the number of its first line
+
+
+class Chunks:
+    """A stream's lines from `start` to `end` in chunks of about `BATCH_BYTES`, a line never
+    cut; `next_line` is the number of the line after those read so far. A byte-order mark at
+    the start of a file, as some tools write, is left out."""
+
+    def __init__(self, stream: BinaryIO, start: int = 0, end: int | None = None):
+        self._stream = stream
+        self._start = start
+        self._end = end
+        self.next_line = 1
+
+    def __iter__(self) -> Iterator[Chunk]:
+        stream, left = self._stream, self._end
+        position = self._start
+        rest = b""
+        if position == 0:
+            rest = stream.read(len(_BOM))
+            if rest == _BOM:
+                rest, position = b"", len(_BOM)
+            left = None if left is None else left - len(_BOM)
+        while block := stream.read(BATCH_BYTES if left is None else min(BATCH_BYTES, left)):
+            left = None if left is None else left - len(block)
+            whole, newline, rest = (rest + block).rpartition(b"\n")
+            if newline:  # else `rest` holds all read so far, no line ended yet
+                yield Chunk(whole, position, self.next_line)
+                self.next_line += whole.count(b"\n") + 1
+                position += len(whole) + 1
+        if rest:
+            yield Chunk(rest, position, self.next_line)
+            self.next_line += rest.count(b"\n") + 1
+
+
+class FilePass:
+    """What one pass over a file (or a part of it) has found so far."""
+
+    def __init__(self, source: str, store: LineStore):
+        self.source = source
+        self.store = store
+        self.problems: list[Problem] = []
+        self.ids: dict[str, int] = {}
+        self.line_numbers = array("q")
+        self.turns = array("q")
+        self.edges = EdgeList()
+        self.opening_system: dict[str, tuple[int, ...]] = {}
+        self.models: set[str | None] = set()
+        self.unparsed: set[str] = set()  # sessions whose line failed
+
+    def report(self, line: int | None, message: str) -> None:
+        self.problems.append(Problem(self.source, line, message))
+        if len(self.problems) >= MAX_PROBLEMS:
+            raise DatasetError(capped(self.problems, Problem(self.source, line, STOPPED_READING)))
+
+    def take_block(self, chunk: Chunk) -> bool:
+        """The chunk taken whole, or False (nothing taken) when it needs a look line by line."""
+        data = chunk.data
+        if data[-1:] in (b"", b"\n") or b"\\u" in data or suspect_digits(data):
+            return False
+        octets = np.frombuffer(data, np.uint8)
+        ends = np.flatnonzero(octets == _NEWLINE)
+        starts = np.concatenate(([0], ends + 1))
+        opening = (octets == _OPEN_LIST) | (octets == _OPEN_OBJECT)
+        if np.add.reduceat(opening, starts, dtype=np.int64).max() > MAX_DEPTH:
+            return False  # a line that could nest too deep
+        try:
+            records = check_lines(data)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return False
+        sids = list(map(_session_id, records))
+        if len(records) != len(starts) or len(set(sids)) != len(sids):
+            return False  # blank lines (their numbers would shift), or a session twice
+        if not self.ids.keys().isdisjoint(sids):
+            return False
+        system = b'"system"' in data
+        marked = _marked(records, system)
+        if any(sets_messages(records[i]) for i in marked):
+            return False  # the models word that rule
+        self.store.add_block(data, chunk.position, (starts, np.append(ends, len(data))))
+        base, first = len(self.line_numbers), chunk.first
+        self.line_numbers.extend(range(first, first + len(records)))
+        self.turns.extend(map(len, map(_turns, records)))
+        self.ids.update(zip(sids, range(base, base + len(records)), strict=True))
+        self.models.update(record.turns[0].model for record in records)
+        for i in marked:
+            record = records[i]
+            self.models.update(turn.model for turn in record.turns)
+            self.examine(first + i, record, base + i, system)
+        return True
+
+    def take_lines(self, chunk: Chunk) -> None:
+        numbers = suspect_digits(chunk.data)
+        starts: list[int] = []
+        ends: list[int] = []
+        kept: dict[int, bytes] = {}
+        offset = 0
+        for lineno, piece in enumerate(chunk.data.split(b"\n"), chunk.first):
+            start, offset = offset, offset + len(piece) + 1
+            raw = piece.strip()
+            if not raw:
+                continue
+            record = None if line_problem(raw, numbers) else check_line(raw)
+            if record is None:
+                read = read_slowly(raw)
+                if isinstance(read, list):
+                    self._refused(lineno, raw, read)
+                    continue
+                record, kept[len(starts)] = read
+            self.line_numbers.append(lineno)
+            self.turns.append(len(record.turns))
+            self.models.update(turn.model for turn in record.turns)
+            number = len(self.store) + len(starts)
+            if self.file(lineno, record, number):
+                self.examine(lineno, record, number, system=True)
+            starts.append(start)
+            ends.append(start + len(piece))
+        spans = (np.array(starts, np.int64), np.array(ends, np.int64))
+        self.store.add_block(chunk.data, chunk.position, spans, kept)
+
+    def _refused(self, lineno: int, raw: bytes, problems: list[str]) -> None:
+        sid = session_id_of(raw)
+        if sid is not None:
+            self.unparsed.add(sid)
+        for message in problems:
+            self.report(lineno, message + (f" (session '{sid}')" if sid else ""))
+
+    def file(self, lineno: int, record: Checked, number: int) -> bool:
+        """One decoded line filed as conversation `number`, unless its session came before."""
+        sid = record.session_id
+        if sid in self.ids:
+            first = self.line_numbers[self.ids[sid]]
+            self.report(lineno, f"duplicate session_id '{sid}' (first declared on line {first})")
+            return False
+        self.ids[sid] = number
+        return True
+
+    def examine(self, lineno: int, record: Checked, number: int, system: bool) -> None:
+        """A filed line's branches and own rules; `system` False when the line cannot hold a
+        system message."""
+        turns = record.turns
+        if not system and len(turns) == 1 and not record.pre_session_spawns:
+            turn = turns[0]
+            forks = turn.forks
+            if not turn.spawns and _distinct_names(forks):  # the common branching line
+                self.edges.add_forks(number, forks)  # type: ignore[arg-type]
+                return
+        sid = record.session_id
+        positions = system_positions(record) if system else None
+        if positions and positions[0]:
+            self.opening_system[sid] = positions[0]
+        if branches := conversation_branches(record):
+            self.edges.add(number, branches)
+        for message in conversation_problems(record, positions):
+            self.report(lineno, message)
+
+    def check(self) -> tuple[Edges, list[str]]:
+        """The whole-file rules: the edges with their children numbered and each
+        conversation's session id by number, or a DatasetError with every problem found."""
+        if not self.line_numbers and not self.problems:
+            self.report(None, "empty file: a dag_jsonl file needs at least one conversation line")
+        sids = self._sids()
+        edges = self.edges.resolve(self.ids)
+        # Whole-file rules still run when lines failed, so one pass shows everything;
+        # references to a failed line's session are not reported as undeclared, since the
+        # line has its own error.
+        problems = self.problems
+        for lineno, message in file_problems(
+            edges, self.ids, sids, self.opening_system, self.line_numbers, self.unparsed
+        ):
+            problems.append(Problem(self.source, lineno, message))
+            if len(problems) > MAX_PROBLEMS:
+                break
+        if problems:
+            problems.sort(key=lambda p: p.line or 0)
+            if len(problems) > MAX_PROBLEMS:
+                raise DatasetError(capped(problems, Problem(self.source, None, _STOPPED_CHECKING)))
+            raise DatasetError(problems)
+        self.store.seal()
+        return edges, sids
+
+    def _sids(self) -> list[str]:
+        """Each conversation's session id by its number ("" for a number filed twice: a
+        duplicate line, whose session came before)."""
+        if len(self.ids) == len(self.line_numbers):
+            return list(self.ids)
+        sids = [""] * len(self.line_numbers)
+        for sid, number in self.ids.items():
+            sids[number] = sid
+        return sids
+
+    def part(self) -> Part:
+        """What this pass found, to be merged into the pass over the part of the file before
+        (its line numbers counted from 1, its conversations from 0)."""
+        return Part(
+            self.problems, self._sids(), self.line_numbers, self.turns, self.store.spans(),
+            self.edges, self.opening_system, self.models, self.unparsed,
+        )  # fmt: skip
+
+    def merge(self, part: Part, lines_before: int) -> None:
+        """A later part of the file read by another pass, which started `lines_before` lines
+        into the file."""
+        offset = len(self.line_numbers)
+        for p in part.problems:
+            self.report(p.line and p.line + lines_before, p.message)
+        numbers = np.frombuffer(part.line_numbers, np.int64) + lines_before
+        self.line_numbers.frombytes(numbers.tobytes())
+        self.turns.extend(part.turns)
+        ids, sids = self.ids, part.sids
+        if "" not in sids and ids.keys().isdisjoint(sids):
+            ids.update(zip(sids, range(offset, offset + len(sids)), strict=True))
+        else:
+            for number, sid in enumerate(sids, offset):
+                if sid and sid in ids:
+                    first = self.line_numbers[ids[sid]]
+                    self.report(
+                        self.line_numbers[number],
+                        f"duplicate session_id '{sid}' (first declared on line {first})",
+                    )
+                elif sid:
+                    ids[sid] = number
+        self.store.extend(part.spans)
+        self.edges.extend(part.edges, offset)
+        self.opening_system.update(part.opening_system)
+        self.models |= part.models
+        self.unparsed |= part.unparsed
+
+
+class Part(NamedTuple):
+    """A pass's findings over a part of a file, as they travel between processes."""
+
+    problems: list[Problem]
+    sids: list[str]
+    line_numbers: array[int]
+    turns: array[int]
+    spans: Spans
+    edges: EdgeList
+    opening_system: dict[str, tuple[int, ...]]
+    models: set[str | None]
+    unparsed: set[str]
+
+
+def _distinct_names(entries: list[str] | list[Any]) -> bool:
+    """Whether branch entries are all bare session ids, none twice."""
+    return all(type(e) is str for e in entries) and len(set(entries)) == len(entries)
+
+
+def _marked(records: list[Checked], system: bool) -> list[int]:
+    """The records to look at one by one: all when the block may hold a system message, else
+    those with more than one turn, a branch or an `extra`."""
+    if system:
+        return list(range(len(records)))
+    marked = []
+    for i, record in enumerate(records):  # a plain loop: it runs once per line of the file
+        turn = record.turns[0]
+        single = len(record.turns) == 1 and not record.pre_session_spawns
+        if not single or turn.forks or turn.spawns or turn.extra:
+            marked.append(i)
+    return marked
