@@ -48,13 +48,14 @@ class EdgeList:
                 itertools.repeat(NO_TURN if branch.turn is None else branch.turn, count)
             )
 
-    def add_forks(self, parent: int, children: list[str]) -> None:
-        """Bare FORK children of a parent's only turn (what `add` makes of that branch)."""
-        count = len(children)
-        self.children += children
-        self.parents.extend(itertools.repeat(parent, count))
-        self.kinds.extend(itertools.repeat(FORK, count))
-        self.turns.extend(itertools.repeat(0, count))
+    def add_forks(self, parents: list[int], children: list[list[str]]) -> None:
+        """Bare FORK children of each parent's only turn (what `add` makes of that branch)."""
+        counts = np.fromiter(map(len, children), np.int64, len(children))
+        total = int(counts.sum())
+        self.children += itertools.chain.from_iterable(children)
+        self.parents.frombytes(np.repeat(np.asarray(parents, np.int64), counts).tobytes())
+        self.kinds.extend(itertools.repeat(FORK, total))
+        self.turns.extend(itertools.repeat(0, total))
 
     def extend(self, other: EdgeList, offset: int) -> None:
         """Another list's edges, their parents numbered from `offset`."""
@@ -65,19 +66,22 @@ class EdgeList:
         self.children += other.children
 
     def resolve(self, ids: Mapping[str, int]) -> Edges:
-        """The edges with their children numbered; a child no line declares is numbered -1 and
-        named in `undeclared`."""
+        """The edges in the file order of their parents (the order the whole-file rules name
+        first ones by), children numbered; a child no line declares is numbered -1 and named in
+        `undeclared`."""
         children = self.children
         numbers = np.fromiter(
             map(ids.get, children, itertools.repeat(-1)), np.int64, count=len(children)
         )
-        missing = np.flatnonzero(numbers < 0).tolist()
+        parents = np.frombuffer(self.parents, np.int64)
+        order = np.argsort(parents, kind="stable")  # bulk-filed lines came before their block's
+        missing = np.flatnonzero(numbers[order] < 0).tolist()
         return Edges(
-            np.frombuffer(self.parents, np.int64),
-            numbers,
-            np.frombuffer(self.kinds, np.int8),
-            np.frombuffer(self.turns, np.int64),
-            {i: children[i] for i in missing},
+            parents[order],
+            numbers[order],
+            np.frombuffer(self.kinds, np.int8)[order],
+            np.frombuffer(self.turns, np.int64)[order],
+            {i: children[int(order[i])] for i in missing},
         )
 
 

@@ -2,8 +2,10 @@
 
 A block is taken whole when msgspec decodes all its lines in one call and nothing in it needs a
 look line by line (a number that may not fit 64 bits, a line with many brackets, a blank line,
-an escaped key): numpy finds its line spans, and Python touches a record only to see whether
-it branches, sends several turns or sets an `extra`. Any other block is read line by line, and
+an escaped character, a session twice): numpy finds its line spans, and Python touches a
+record only to see whether it branches, sends several turns or sets an `extra`; a line of one
+turn forking to bare session ids, the common branching line, is filed in bulk too. Any other
+block is read line by line, and
 a line the structs refuse is parsed again by the pydantic models, to word its problems and
 recover its session_id. Problems are collected rather than raised, up to `MAX_PROBLEMS`,
 because a user fixing a generated file wants the whole list.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import operator
 from array import array
 from collections.abc import Iterator
-from typing import Any, BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, cast
 
 import msgspec
 import numpy as np
@@ -43,6 +45,7 @@ _BOM = b"\xef\xbb\xbf"
 _NEWLINE, _OPEN_LIST, _OPEN_OBJECT = b"\n[{"
 _session_id = operator.attrgetter("session_id")
 _turns = operator.attrgetter("turns")
+_STR = {str}
 _STOPPED_CHECKING = (
     f"too many problems: stopped checking after {MAX_PROBLEMS}; fix these and validate again"
 )
@@ -127,16 +130,17 @@ class FilePass:
         if not self.ids.keys().isdisjoint(sids):
             return False
         system = b'"system"' in data
-        marked = _marked(records, system)
-        if any(sets_messages(records[i]) for i in marked):
+        sorted_ = _Sorted(records, system)
+        if any(sets_messages(records[i]) for i in sorted_.examined):
             return False  # the models word that rule
         self.store.add_block(data, chunk.position, (starts, np.append(ends, len(data))))
-        base, first = len(self.line_numbers), chunk.first
-        self.line_numbers.extend(range(first, first + len(records)))
-        self.turns.extend(map(len, map(_turns, records)))
-        self.ids.update(zip(sids, range(base, base + len(records)), strict=True))
-        self.models.update(record.turns[0].model for record in records)
-        for i in marked:
+        base, first, count = len(self.line_numbers), chunk.first, len(records)
+        self.line_numbers.frombytes(np.arange(first, first + count, dtype=np.int64).tobytes())
+        self.turns.frombytes(np.fromiter(map(len, map(_turns, records)), np.int64, count).tobytes())
+        self.ids.update(zip(sids, range(base, base + count), strict=True))
+        self.models.update(map(_first_model, records))
+        self.edges.add_forks([base + i for i in sorted_.forks], sorted_.fork_children(records))
+        for i in sorted_.examined:
             record = records[i]
             self.models.update(turn.model for turn in record.turns)
             self.examine(first + i, record, base + i, system)
@@ -191,13 +195,6 @@ class FilePass:
     def examine(self, lineno: int, record: Checked, number: int, system: bool) -> None:
         """A filed line's branches and own rules; `system` False when the line cannot hold a
         system message."""
-        turns = record.turns
-        if not system and len(turns) == 1 and not record.pre_session_spawns:
-            turn = turns[0]
-            forks = turn.forks
-            if not turn.spawns and _distinct_names(forks):  # the common branching line
-                self.edges.add_forks(number, forks)  # type: ignore[arg-type]
-                return
         sid = record.session_id
         positions = system_positions(record) if system else None
         if positions and positions[0]:
@@ -293,20 +290,30 @@ class Part(NamedTuple):
     unparsed: set[str]
 
 
-def _distinct_names(entries: list[str] | list[Any]) -> bool:
-    """Whether branch entries are all bare session ids, none twice."""
-    return all(type(e) is str for e in entries) and len(set(entries)) == len(entries)
+class _Sorted:
+    """A block's records by what they need: most only filing; a line of one turn that forks to
+    distinct bare session ids (the common branching line) breaks no rule of its own and is
+    filed with its edges in bulk; the rest are examined one by one (all of them when the block
+    may hold a system message)."""
+
+    def __init__(self, records: list[Checked], system: bool):
+        self.forks: list[int] = []
+        self.examined: list[int] = []
+        for i, record in enumerate(records):  # a plain loop: it runs once per line of the file
+            turn = record.turns[0]
+            alone = not system and len(record.turns) == 1 and not record.pre_session_spawns
+            if not alone or turn.spawns or turn.extra:
+                self.examined.append(i)
+            elif forks := turn.forks:
+                names = set(forks)
+                if len(names) == len(forks) and set(map(type, names)) == _STR:
+                    self.forks.append(i)
+                else:
+                    self.examined.append(i)
+
+    def fork_children(self, records: list[Checked]) -> list[list[str]]:
+        return [cast(list[str], records[i].turns[0].forks) for i in self.forks]  # all str
 
 
-def _marked(records: list[Checked], system: bool) -> list[int]:
-    """The records to look at one by one: all when the block may hold a system message, else
-    those with more than one turn, a branch or an `extra`."""
-    if system:
-        return list(range(len(records)))
-    marked = []
-    for i, record in enumerate(records):  # a plain loop: it runs once per line of the file
-        turn = record.turns[0]
-        single = len(record.turns) == 1 and not record.pre_session_spawns
-        if not single or turn.forks or turn.spawns or turn.extra:
-            marked.append(i)
-    return marked
+def _first_model(record: Checked) -> str | None:
+    return record.turns[0].model
