@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import operator
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO, NamedTuple, cast
 
 import msgspec
 import numpy as np
+from numpy.typing import NDArray
 
 from dagperf.dataset.dag_edges import EdgeList, Edges
 from dagperf.dataset.dag_lines import (
@@ -34,7 +35,7 @@ from dagperf.dataset.dag_lines import (
     sets_messages,
     system_positions,
 )
-from dagperf.dataset.dag_records import Checked, conversation_branches
+from dagperf.dataset.dag_records import Checked, ForkRecord, conversation_branches
 from dagperf.dataset.limits import MAX_DEPTH, line_problem, suspect_digits
 from dagperf.dataset.line_store import LineStore, Spans
 from dagperf.dataset.loader import MAX_PROBLEMS, STOPPED_READING, DatasetError, Problem, capped
@@ -45,6 +46,12 @@ _BOM = b"\xef\xbb\xbf"
 _NEWLINE, _OPEN_LIST, _OPEN_OBJECT = b"\n[{"
 _session_id = operator.attrgetter("session_id")
 _turns = operator.attrgetter("turns")
+_first = operator.itemgetter(0)
+_model = operator.attrgetter("model")
+_forks = operator.attrgetter("forks")
+_spawns = operator.attrgetter("spawns")
+_extra = operator.attrgetter("extra")
+_pre_session = operator.attrgetter("pre_session_spawns")
 _STR = {str}
 _STOPPED_CHECKING = (
     f"too many problems: stopped checking after {MAX_PROBLEMS}; fix these and validate again"
@@ -136,10 +143,10 @@ class FilePass:
         self.store.add_block(data, chunk.position, (starts, np.append(ends, len(data))))
         base, first, count = len(self.line_numbers), chunk.first, len(records)
         self.line_numbers.frombytes(np.arange(first, first + count, dtype=np.int64).tobytes())
-        self.turns.frombytes(np.fromiter(map(len, map(_turns, records)), np.int64, count).tobytes())
+        self.turns.frombytes(sorted_.turn_counts.tobytes())
         self.ids.update(zip(sids, range(base, base + count), strict=True))
-        self.models.update(map(_first_model, records))
-        self.edges.add_forks([base + i for i in sorted_.forks], sorted_.fork_children(records))
+        self.models |= sorted_.models
+        self.edges.add_forks([base + i for i in sorted_.forks], sorted_.fork_children)
         for i in sorted_.examined:
             record = records[i]
             self.models.update(turn.model for turn in record.turns)
@@ -294,26 +301,33 @@ class _Sorted:
     """A block's records by what they need: most only filing; a line of one turn that forks to
     distinct bare session ids (the common branching line) breaks no rule of its own and is
     filed with its edges in bulk; the rest are examined one by one (all of them when the block
-    may hold a system message)."""
+    may hold a system message). Each field is read for every record by a C-level `map`, not a
+    Python loop: this runs once per line of the file."""
 
     def __init__(self, records: list[Checked], system: bool):
-        self.forks: list[int] = []
-        self.examined: list[int] = []
-        for i, record in enumerate(records):  # a plain loop: it runs once per line of the file
-            turn = record.turns[0]
-            alone = not system and len(record.turns) == 1 and not record.pre_session_spawns
-            if not alone or turn.spawns or turn.extra:
-                self.examined.append(i)
-            elif forks := turn.forks:
-                names = set(forks)
-                if len(names) == len(forks) and set(map(type, names)) == _STR:
-                    self.forks.append(i)
-                else:
-                    self.examined.append(i)
+        count = len(records)
+        turns = list(map(_turns, records))
+        self.turn_counts = np.fromiter(map(len, turns), np.int64, count)
+        first = list(map(_first, turns))
+        self.models = set(map(_model, first))
+        forks = list(map(_forks, first))
 
-    def fork_children(self, records: list[Checked]) -> list[list[str]]:
-        return [cast(list[str], records[i].turns[0].forks) for i in self.forks]  # all str
+        def flags(values: Iterable[object]) -> NDArray[np.bool_]:
+            return np.fromiter(map(bool, values), bool, count)
+
+        examined = (self.turn_counts > 1) | flags(map(_pre_session, records))
+        examined |= flags(map(_spawns, first)) | flags(map(_extra, first))
+        if system:
+            examined[:] = True
+        candidates = np.flatnonzero(~examined & flags(forks)).tolist()
+        bare = [_distinct_names(forks[i]) for i in candidates]
+        self.forks = [i for i, ok in zip(candidates, bare, strict=True) if ok]
+        self.fork_children = [cast(list[str], forks[i]) for i in self.forks]  # all str
+        odd = [i for i, ok in zip(candidates, bare, strict=True) if not ok]
+        self.examined = sorted(np.flatnonzero(examined).tolist() + odd)
 
 
-def _first_model(record: Checked) -> str | None:
-    return record.turns[0].model
+def _distinct_names(entries: list[str] | list[ForkRecord]) -> bool:
+    """Whether branch entries are all bare session ids, none twice."""
+    names = set(entries)
+    return len(names) == len(entries) and set(map(type, names)) == _STR
