@@ -74,15 +74,18 @@ class EdgeList:
             map(ids.get, children, itertools.repeat(-1)), np.int64, count=len(children)
         )
         parents = np.frombuffer(self.parents, np.int64)
-        order = np.argsort(parents, kind="stable")  # bulk-filed lines came before their block's
-        missing = np.flatnonzero(numbers[order] < 0).tolist()
-        return Edges(
-            parents[order],
-            numbers[order],
-            np.frombuffer(self.kinds, np.int8)[order],
-            np.frombuffer(self.turns, np.int64)[order],
-            {i: children[int(order[i])] for i in missing},
-        )
+        kinds, turns = np.frombuffer(self.kinds, np.int8), np.frombuffer(self.turns, np.int64)
+        if (parents[1:] < parents[:-1]).any():  # bulk-filed lines came before their block's
+            order = np.argsort(parents, kind="stable")
+            parents, numbers, kinds, turns = (
+                parents[order],
+                numbers[order],
+                kinds[order],
+                turns[order],
+            )
+            children = [children[i] for i in order.tolist()]
+        missing = np.flatnonzero(numbers < 0).tolist()
+        return Edges(parents, numbers, kinds, turns, {i: children[i] for i in missing})
 
 
 @dataclass(frozen=True)

@@ -131,26 +131,38 @@ class FilePass:
             records = check_lines(data)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return False
-        sids = list(map(_session_id, records))
-        if len(records) != len(starts) or len(set(sids)) != len(sids):
-            return False  # blank lines (their numbers would shift), or a session twice
-        if not self.ids.keys().isdisjoint(sids):
-            return False
+        if len(records) != len(starts):
+            return False  # blank lines: their numbers would shift
         system = b'"system"' in data
         sorted_ = _Sorted(records, system)
         if any(sets_messages(records[i]) for i in sorted_.examined):
             return False  # the models word that rule
+        if not self._file_all(list(map(_session_id, records))):
+            return False
         self.store.add_block(data, chunk.position, (starts, np.append(ends, len(data))))
         base, first, count = len(self.line_numbers), chunk.first, len(records)
         self.line_numbers.frombytes(np.arange(first, first + count, dtype=np.int64).tobytes())
         self.turns.frombytes(sorted_.turn_counts.tobytes())
-        self.ids.update(zip(sids, range(base, base + count), strict=True))
         self.models |= sorted_.models
         self.edges.add_forks([base + i for i in sorted_.forks], sorted_.fork_children)
         for i in sorted_.examined:
             record = records[i]
             self.models.update(turn.model for turn in record.turns)
             self.examine(first + i, record, base + i, system)
+        return True
+
+    def _file_all(self, sids: list[str]) -> bool:
+        """A block's sessions filed as the next conversations, unless one came before or
+        comes twice (nothing filed then: its lines say which, one by one)."""
+        ids, count = self.ids, len(self.ids)
+        if not ids.keys().isdisjoint(sids):
+            return False
+        base = len(self.line_numbers)
+        ids.update(zip(sids, range(base, base + len(sids)), strict=True))
+        if len(ids) != count + len(sids):  # a session twice in the block: every one was new
+            for sid in sids:
+                ids.pop(sid, None)
+            return False
         return True
 
     def take_lines(self, chunk: Chunk) -> None:
