@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 import pytest
+from aiohttp import web
 
 from dagperf.simulator import SimConfig
 
@@ -261,21 +262,68 @@ async def test_a_dataset_too_large_for_a_config_map_runs_from_a_claim(node):
 
 
 async def test_a_dataset_too_large_for_a_config_map_runs_from_a_url(node, tmp_path):
-    """spec.dataset.url: its sha256 checked by the operator's preflight, then fetched and
-    checked again by the scheduler."""
-    api, _, sim, gate = node
+    """spec.dataset.url: its sha256 checked by the operator's preflight; then the scheduler
+    pod's init container fetches it into an emptyDir and checks it again, and the scheduler
+    reads that file. The URL's query (a presigned URL's signature) reaches only the init
+    container's environment."""
+    api, kubelet, sim, gate = node
     gate.open()
     served = tmp_path / "served"
     served.mkdir()
     (served / "three.dag.jsonl").write_bytes(DATASET.read_bytes())
     digest = hashlib.sha256(DATASET.read_bytes()).hexdigest()
     with file_server(served) as base:
-        url = {"url": {"url": f"{base}/three.dag.jsonl", "sha256": digest}}
+        url = {"url": {"url": f"{base}/three.dag.jsonl?sig=s3cr3t", "sha256": digest}}
         await start(api, sim, dataset=url, load={"concurrency": 3})
         done = await api.until(NS, "demo", phase("Succeeded"), timeout=60)
         assert done["status"]["progress"]["display"] == "9/9"
         expected = f"url {base}/three.dag.jsonl (sha256 checked)"
         assert condition(done, "DatasetValid")["message"] == expected
+
+    scheduler = await pod("demo-scheduler-", api)
+    (fetched,) = scheduler["status"]["initContainerStatuses"]
+    assert fetched["state"]["terminated"]["exitCode"] == 0
+    (init,) = scheduler["spec"]["initContainers"]
+    (container,) = scheduler["spec"]["containers"]
+    assert container["command"][2:4] == ["--input-file", "/dataset/three.dag.jsonl"]
+    assert "s3cr3t" not in json.dumps([init["command"], container])
+    copy = kubelet.root / "pods" / scheduler["metadata"]["name"] / "volumes" / "dataset"
+    assert [f.name for f in copy.iterdir()] == ["three.dag.jsonl"]  # no temporary left
+    assert (copy / "three.dag.jsonl").read_bytes() == DATASET.read_bytes()
+    assert "s3cr3t" not in (copy.parent.parent / f"{init['name']}.log").read_text()
+
+
+async def test_a_url_dataset_changed_after_the_preflight_fails_in_the_init_container(node):
+    """The file the pod fetches is not the one the operator checked: the init container
+    refuses it, the scheduler never starts, and the Benchmark fails saying both digests."""
+    api, _, sim, _ = node
+    checked, changed = DATASET.read_bytes(), DATASET.read_bytes() + b"\n"
+    answers = iter([checked])  # the preflight's; every later request gets the changed file
+
+    async def serve(_: web.Request) -> web.Response:
+        return web.Response(body=next(answers, changed))
+
+    app = web.Application()
+    app.router.add_get("/three.dag.jsonl", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        digest = hashlib.sha256(checked).hexdigest()
+        url = f"http://127.0.0.1:{port}/three.dag.jsonl"
+        await start(api, sim, dataset={"url": {"url": f"{url}?sig=s3cr3t", "sha256": digest}})
+        failed = await api.until(NS, "demo", phase("Failed"), timeout=60)
+    finally:
+        await runner.cleanup()
+    got = hashlib.sha256(changed).hexdigest()
+    assert condition(failed, "Completed")["reason"] == "InitContainerFailed"
+    assert failed["status"]["message"] == (
+        "init container fetch-dataset exited with code 1: "
+        f"dagperf fetch: {url}: sha256 is {got}, expected {digest}"
+    )
+    scheduler = await pod("demo-scheduler-", api)
+    assert "terminated" not in scheduler["status"]["containerStatuses"][0]["state"]
 
 
 @pytest.mark.parametrize(
