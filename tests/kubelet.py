@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import itertools
 import os
 import re
@@ -80,9 +79,13 @@ class Kubelet:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._loop is not None
-        self._loop.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._loop
+        # Until it is done: on Python 3.11, asyncio.wait_for (in _terminate, when the loop is
+        # stopping a pod) swallows a cancellation that lands as the process exits.
+        while not self._loop.done():
+            self._loop.cancel()
+            await asyncio.wait([self._loop], timeout=1)
+        if not self._loop.cancelled() and (error := self._loop.exception()) is not None:
+            raise error
         for pod in list(self.pods.values()):
             await self._terminate(pod)
         for task in list(self._tasks):

@@ -15,11 +15,13 @@ import base64
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from aiohttp import web
 
 from dagperf.simulator import SimConfig
 
@@ -293,30 +295,59 @@ async def test_a_dataset_too_large_for_a_config_map_runs_from_a_url(node, tmp_pa
     assert "s3cr3t" not in (copy.parent.parent / f"{init['name']}.log").read_text()
 
 
-async def test_a_url_dataset_changed_after_the_preflight_fails_in_the_init_container(node):
+CHANGING_SERVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+first, later = open(sys.argv[2], "rb").read(), open(sys.argv[3], "rb").read()
+answers = iter([first])
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = next(answers, later)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print("serving", flush=True)
+server.serve_forever()
+"""
+
+
+@contextlib.contextmanager
+def changing_file_server(first: Path, later: Path) -> Iterator[str]:
+    """A server on loopback whose first answer is `first` and every later one `later`: the
+    file changed between the operator's preflight and the pod's fetch."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", CHANGING_SERVER, str(port), str(first), str(later)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline() == "serving\n"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+async def test_a_url_dataset_changed_after_the_preflight_fails_in_the_init_container(
+    node, tmp_path
+):
     """The file the pod fetches is not the one the operator checked: the init container
     refuses it, the scheduler never starts, and the Benchmark fails saying both digests."""
     api, _, sim, _ = node
-    checked, changed = DATASET.read_bytes(), DATASET.read_bytes() + b"\n"
-    answers = iter([checked])  # the preflight's; every later request gets the changed file
-
-    async def serve(_: web.Request) -> web.Response:
-        return web.Response(body=next(answers, changed))
-
-    app = web.Application()
-    app.router.add_get("/three.dag.jsonl", serve)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        digest = hashlib.sha256(checked).hexdigest()
-        url = f"http://127.0.0.1:{port}/three.dag.jsonl"
+    checked, changed = tmp_path / "checked", tmp_path / "changed"
+    checked.write_bytes(DATASET.read_bytes())
+    changed.write_bytes(DATASET.read_bytes() + b"\n")
+    digest = hashlib.sha256(checked.read_bytes()).hexdigest()
+    with changing_file_server(checked, changed) as base:
+        url = f"{base}/three.dag.jsonl"
         await start(api, sim, dataset={"url": {"url": f"{url}?sig=s3cr3t", "sha256": digest}})
         failed = await api.until(NS, "demo", phase("Failed"), timeout=60)
-    finally:
-        await runner.cleanup()
-    got = hashlib.sha256(changed).hexdigest()
+    got = hashlib.sha256(changed.read_bytes()).hexdigest()
     assert condition(failed, "Completed")["reason"] == "InitContainerFailed"
     assert failed["status"]["message"] == (
         "init container fetch-dataset exited with code 1: "
