@@ -1,9 +1,10 @@
 """The parts of a cluster that run pods, played by the test suite for what the operator creates.
 
 For each dagperf Job and Deployment in a namespace, `Kubelet` does what the Job and ReplicaSet
-controllers and a kubelet would: it creates the Pod objects, starts each container's command
-with its environment as a local process, and writes the pods' status back through the API
-(running, then terminated with its exit code and termination message), then the Job's. A
+controllers and a kubelet would: it creates the Pod objects, runs each init container's command
+to its end and then starts the container's, each with its environment as a local process, and
+writes the pods' status back through the API (running, then terminated with its exit code and
+termination message), then the Job's. A
 Deployment scaled down, or a Job deleted, has its processes stopped and its pods deleted.
 
 What a node would provide, stood in for locally: Service names (`<name>.<namespace>.svc`) and
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import itertools
 import os
 import re
@@ -79,9 +79,13 @@ class Kubelet:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._loop is not None
-        self._loop.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._loop
+        # Until it is done: on Python 3.11, asyncio.wait_for (in _terminate, when the loop is
+        # stopping a pod) swallows a cancellation that lands as the process exits.
+        while not self._loop.done():
+            self._loop.cancel()
+            await asyncio.wait([self._loop], timeout=1)
+        if not self._loop.cancelled() and (error := self._loop.exception()) is not None:
+            raise error
         for pod in list(self.pods.values()):
             await self._terminate(pod)
         for task in list(self._tasks):
@@ -134,21 +138,12 @@ class Kubelet:
         directory = self.root / "pods" / name
         directory.mkdir(parents=True)
         volumes = {v["name"]: await self._volume(v, directory) for v in spec.get("volumes", [])}
-        mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])}
-        termination = directory / "termination-log"
-        mounts[container.get("terminationMessagePath", "/dev/termination-log")] = termination
-
-        env = {"PATH": os.environ["PATH"]}
-        for variable in container.get("env", []):
-            value = await self._value(variable, name)
-            env[variable["name"]] = self._local(expand(value, env), mounts)
-        command = [
-            self._local(expand(a, env), mounts)
-            for a in container["command"] + container.get("args", [])
-        ]
-        if command[0] == "dagperf":
-            command[0] = DAGPERF
-
+        inits = spec.get("initContainers", [])
+        status = (
+            {"phase": "Pending", "containerStatuses": [_waiting(container, "PodInitializing")]}
+            if inits
+            else {"phase": "Running", "containerStatuses": [_status(container, None)]}
+        )
         await self.api.create(
             f"/api/v1/namespaces/{self.namespace}/pods",
             {
@@ -161,9 +156,12 @@ class Kubelet:
                     "ownerReferences": [_owner_reference(ref[0], owner)],
                 },
                 "spec": spec | {"nodeName": "local"},
-                "status": {"phase": "Running", "containerStatuses": [_status(container, None)]},
+                "status": status,
             },
         )
+        if inits and not await self._initialize(name, ref, container, inits, volumes, directory):
+            return
+        command, env, termination = await self._prepare(container, volumes, name, directory)
         with (directory / "output.log").open("wb") as log:
             process = await asyncio.create_subprocess_exec(
                 *command, env=env, cwd=directory, stdout=log, stderr=asyncio.subprocess.STDOUT
@@ -174,6 +172,69 @@ class Kubelet:
         task = asyncio.create_task(self._watch(pod, container))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _initialize(
+        self, pod: str, ref: tuple[str, str], container: dict[str, Any],
+        inits: list[dict[str, Any]], volumes: dict[str, Path], directory: Path,
+    ) -> bool:  # fmt: skip
+        """Run the init containers in order, each to its end, as the kubelet does before the
+        container starts. The first to fail fails the pod (its restartPolicy is Never here)
+        and its Job, with its message: what it wrote, or under FallbackToLogsOnError its
+        log's end. (This stand-in holds its sync loop meanwhile; a kubelet would not.)"""
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{pod}"
+        done = []
+        for init in inits:
+            command, env, termination = await self._prepare(init, volumes, pod, directory)
+            output = directory / f"{init['name']}.log"
+            with output.open("wb") as log:
+                process = await asyncio.create_subprocess_exec(
+                    *command, env=env, cwd=directory, stdout=log, stderr=asyncio.subprocess.STDOUT
+                )
+            code = await process.wait()
+            message = termination.read_bytes() if termination.exists() else b""
+            if (
+                code != 0
+                and not message
+                and (init.get("terminationMessagePolicy") == "FallbackToLogsOnError")
+            ):
+                message = b"\n".join(output.read_bytes().splitlines()[-80:])[-2048:]
+            terminated = {
+                "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                "message": message[:TERMINATION_LIMIT].decode(errors="replace"),
+                "finishedAt": _now(),
+            }  # fmt: skip
+            done.append(_status(init, terminated))
+            if code != 0:
+                await self.api.patch(path, {"status": {
+                    "phase": "Failed", "initContainerStatuses": done,
+                }})  # fmt: skip
+                await self._job_ended(ref, code)
+                return False
+        await self.api.patch(path, {"status": {
+            "phase": "Running", "initContainerStatuses": done,
+            "containerStatuses": [_status(container, None)],
+        }})  # fmt: skip
+        return True
+
+    async def _prepare(
+        self, container: dict[str, Any], volumes: dict[str, Path], pod: str, directory: Path
+    ) -> tuple[list[str], dict[str, str], Path]:
+        """A container's command and environment as this machine runs them, and the file that
+        stands in for its termination message path."""
+        mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])}
+        termination = directory / f"termination-log-{container['name']}"
+        mounts[container.get("terminationMessagePath", "/dev/termination-log")] = termination
+        env = {"PATH": os.environ["PATH"]}
+        for variable in container.get("env", []):
+            value = await self._value(variable, pod)
+            env[variable["name"]] = self._local(expand(value, env), mounts)
+        command = [
+            self._local(expand(a, env), mounts)
+            for a in container["command"] + container.get("args", [])
+        ]
+        if command[0] == "dagperf":
+            command[0] = DAGPERF
+        return command, env, termination
 
     async def _watch(self, pod: LocalPod, container: dict[str, Any]) -> None:
         """When the process ends, report it as the kubelet does: the pod, then its Job."""
@@ -193,7 +254,10 @@ class Kubelet:
             "phase": "Succeeded" if code == 0 else "Failed",
             "containerStatuses": [_status(container, terminated)],
         }})  # fmt: skip
-        kind, owner = pod.owner
+        await self._job_ended(pod.owner, code)
+
+    async def _job_ended(self, ref: tuple[str, str], code: int) -> None:
+        kind, owner = ref
         if kind == "Job":
             condition = "Complete" if code == 0 else "Failed"
             await self.api.patch(
@@ -282,6 +346,14 @@ def _owner_reference(kind: str, owner: dict[str, Any]) -> dict[str, Any]:
     api_version = {"Job": "batch/v1", "Deployment": "apps/v1"}[kind]  # lists omit it
     return {"apiVersion": api_version, "kind": kind, "name": meta["name"], "uid": meta["uid"],
             "controller": True}  # fmt: skip
+
+
+def _waiting(container: dict[str, Any], reason: str) -> dict[str, Any]:
+    return _status(container, None) | {
+        "ready": False,
+        "started": False,
+        "state": {"waiting": {"reason": reason}},
+    }
 
 
 def _status(container: dict[str, Any], terminated: dict[str, Any] | None) -> dict[str, Any]:

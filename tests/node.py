@@ -2,11 +2,11 @@
 
 There is no container runtime here, so `Node` does what a kubelet would with a local process:
 it registers a Node, binds every unscheduled pod to itself (through the binding subresource, as
-kube-scheduler does), and for each pod bound to it starts the container's command with the pod's
-environment and volumes, then reports the pod's phase, podIP and container state (running,
-terminated with exit code and termination message, restarts) through the pods/status
-subresource. The Job and ReplicaSet controllers, the garbage collector and the API server's
-admission are the real ones; only the node is played.
+kube-scheduler does), and for each pod bound to it runs its init containers' commands to their
+end and then starts the container's, with the pod's environment and volumes, and reports the
+pod's phase, podIP and container states (running, terminated with exit code and termination
+message, restarts) through the pods/status subresource. The Job and ReplicaSet controllers, the
+garbage collector and the API server's admission are the real ones; only the node is played.
 
 What a node would provide, stood in for locally:
 - each pod has its own loopback address (127.X.Y.Z) as podIP, and `0.0.0.0` in its command means
@@ -245,6 +245,8 @@ class Node:
                 waiting = {"reason": "CreateContainerConfigError", "message": str(e)}
                 await self._report(local, container, "Pending", {"waiting": waiting})
                 await asyncio.sleep(1)
+        if spec.get("initContainers") and not await self._initialize(local, pod, container):
+            return
         last: dict[str, Any] | None = None
         while not local.stopping:
             termination.unlink(missing_ok=True)
@@ -277,6 +279,49 @@ class Node:
             await self._report(local, container, "Running",
                                {"waiting": {"reason": "CrashLoopBackOff"}}, last)  # fmt: skip
             await asyncio.sleep(min(0.5 * local.restarts, 5))
+
+    async def _initialize(
+        self, local: LocalPod, pod: dict[str, Any], container: dict[str, Any]
+    ) -> bool:
+        """Run the init containers in order, each to its end, before the container, as the
+        kubelet does. The first that fails fails the pod (the operator's Job pods restart
+        Never), with its termination message: what it wrote, or under FallbackToLogsOnError
+        its log's end."""
+        done: list[dict[str, Any]] = []
+        initializing = {"waiting": {"reason": "PodInitializing"}}
+        for init in pod["spec"]["initContainers"]:
+            command, env, termination = await self._prepare(local, pod, init)
+            termination.unlink(missing_ok=True)
+            output = local.directory / f"{init['name']}.log"
+            with output.open("ab") as log:
+                local.process = await asyncio.create_subprocess_exec(
+                    *command, env=env, cwd=local.directory, stdout=log,
+                    stderr=asyncio.subprocess.STDOUT, preexec_fn=os.setpgrp,
+                )  # fmt: skip
+            code = await local.process.wait()
+            if local.stopping:
+                return False
+            message = termination.read_bytes() if termination.exists() else b""
+            termination.unlink(missing_ok=True)
+            if (
+                code
+                and not message
+                and init.get("terminationMessagePolicy") == ("FallbackToLogsOnError")
+            ):
+                message = b"\n".join(output.read_bytes().splitlines()[-80:])[-2048:]
+            done.append({
+                "name": init["name"], "image": init["image"], "imageID": "", "ready": code == 0,
+                "restartCount": 0, "state": {"terminated": {
+                    "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                    "message": message[:TERMINATION_LIMIT].decode(errors="replace"),
+                    "finishedAt": _now(),
+                }},
+            })  # fmt: skip
+            if code:
+                await self._report(local, container, "Failed", initializing, inits=done)
+                return False
+        await self._report(local, container, "Pending", initializing, inits=done)
+        return True
 
     async def _probe(
         self,
@@ -351,8 +396,11 @@ class Node:
         state: dict[str, Any],
         last: dict[str, Any] | None = None,
         ready: bool = True,
+        inits: list[dict[str, Any]] | None = None,
     ) -> None:
+        """The pod's status; `inits`, its init containers' (left as they are when None)."""
         ready = ready and "running" in state
+        initialized = all(i["state"]["terminated"]["exitCode"] == 0 for i in inits or [])
         status = {
             "name": container["name"], "image": container["image"], "imageID": "",
             "ready": ready, "started": ready, "restartCount": local.restarts,
@@ -360,7 +408,7 @@ class Node:
         }  # fmt: skip
         conditions = [
             {"type": kind, "status": "True" if ok else "False", "lastTransitionTime": _now()}
-            for kind, ok in (("PodScheduled", True), ("Initialized", True),
+            for kind, ok in (("PodScheduled", True), ("Initialized", initialized),
                              ("ContainersReady", ready), ("Ready", ready))
         ]  # fmt: skip
         await self.api.request(
@@ -375,6 +423,7 @@ class Node:
                     "startTime": _now(),
                     "conditions": conditions,
                     "containerStatuses": [status],
+                    **({"initContainerStatuses": inits} if inits is not None else {}),
                 }
             },
             content_type="application/merge-patch+json",

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import itertools
 import json
 
 import pytest
+from aiohttp import web
 
 from dagperf.simulator import SimConfig
 
 from control_plane import CHART, ROOT, Client, established, namespace
 from node import Node
-from runs import connected_to, eventually, gated_simulator, read_jsonl
+from runs import connected_to, eventually, free_port, gated_simulator, read_jsonl
 
 pytestmark = pytest.mark.cluster
 
@@ -219,6 +221,56 @@ async def test_a_missing_dataset_claim_is_named_before_any_pod_starts(cluster):
     message = "persistentvolumeclaim/nowhere does not exist in this namespace"
     assert lost["status"]["message"] == message
     assert await cluster.owned("lost") == {} and await cluster.pods("") == []
+
+
+async def test_a_url_dataset_is_fetched_by_an_admitted_init_container(cluster):
+    """The scheduler pod's init container passes the namespace's restricted pod security
+    admission, fetches the file into the emptyDir the scheduler reads; a file changed after
+    the operator checked it fails in the init container, and the Job controller fails the Job."""
+    cluster.gate.open()
+    checked = DATASET.read_bytes()
+    changing = iter([checked])  # the preflight's answer; the pod's gets the changed file
+
+    async def serve(request: web.Request) -> web.Response:
+        if request.path == "/changing.dag.jsonl":
+            return web.Response(body=next(changing, checked + b"\n"))
+        return web.Response(body=checked)
+
+    app = web.Application()
+    app.router.add_get("/{name}", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    base = f"http://127.0.0.1:{port}"
+    digest = hashlib.sha256(checked).hexdigest()
+    try:
+        ref = {"url": f"{base}/three.dag.jsonl?sig=s3cr3t", "sha256": digest, "sizeLimit": "1Gi"}
+        await cluster.start("fromurl", dataset={"url": ref})
+        done = await cluster.until("fromurl", phase("Succeeded"))
+        ref = {"url": f"{base}/changing.dag.jsonl", "sha256": digest}
+        await cluster.start("changed", dataset={"url": ref})
+        changed = await cluster.until("changed", phase("Failed"))
+    finally:
+        await runner.cleanup()
+    assert done["status"]["progress"]["display"] == "9/9"
+    (scheduler,) = await cluster.pods("fromurl-scheduler-")
+    (init,) = scheduler["spec"]["initContainers"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    (fetched,) = scheduler["status"]["initContainerStatuses"]
+    assert fetched["state"]["terminated"]["exitCode"] == 0
+    (container,) = scheduler["spec"]["containers"]
+    assert "/dataset/three.dag.jsonl" in container["command"]
+    assert "s3cr3t" not in json.dumps([init["command"], container])
+
+    got = hashlib.sha256(checked + b"\n").hexdigest()
+    assert condition(changed, "Completed")["reason"] == "InitContainerFailed"
+    assert changed["status"]["message"] == (
+        "init container fetch-dataset exited with code 1: dagperf fetch: "
+        f"{base}/changing.dag.jsonl: sha256 is {got}, expected {digest}"
+    )
+    job = f"/apis/batch/v1/namespaces/{cluster.ns}/jobs/changed-scheduler"
+    await eventually(lambda: cluster.api.get(job), failed_job)
 
 
 async def test_deleting_a_benchmark_collects_its_children_and_stops_its_pods(cluster):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -87,3 +88,72 @@ def test_a_local_file_can_be_pinned_too(tmp_path):
     done = dagperf("validate", str(EXAMPLE), "--sha256", "1" * 64)
     assert done.returncode == 1
     assert f"{EXAMPLE}: sha256 is {DIGEST}, expected {'1' * 64}" in done.stdout
+
+
+# --- `dagperf fetch`: what a Benchmark pod's init container runs ------------------------------
+
+
+def fetch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dagperf", "fetch", *args],
+        capture_output=True, text=True, timeout=120, env=None if env is None else os.environ | env,
+    )  # fmt: skip
+
+
+def test_fetch_writes_the_file_once_its_digest_is_right(served, tmp_path):
+    output = tmp_path / "d.jsonl"
+    url = f"{served}/example.dag.jsonl?X-Amz-Signature=s3cr3t"
+    done = fetch("--url-env", "DATASET_URL", "--sha256", DIGEST.upper(), "--output", str(output),
+                 env={"DATASET_URL": url})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert output.read_bytes() == EXAMPLE.read_bytes()
+    assert list(tmp_path.iterdir()) == [output]  # no temporary left beside it
+    size = EXAMPLE.stat().st_size
+    said = f"fetched {served}/example.dag.jsonl to {output} ({size:,} bytes, sha256 checked)\n"
+    assert (done.stdout, done.stderr) == (said, "")
+    again = fetch(url, "--sha256", DIGEST, "-o", str(output))  # the URL as an argument too
+    assert again.returncode == 0 and output.read_bytes() == EXAMPLE.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("example.dag.jsonl", "{served}/example.dag.jsonl: sha256 is {got}, expected {wrong}"),
+        ("missing.dag.jsonl", "{served}/missing.dag.jsonl: the server answered HTTP 404 File "
+                              "not found"),
+        (None, "{closed}: cannot fetch: [Errno 111] Connection refused"),
+    ],
+)  # fmt: skip
+def test_fetch_that_fails_says_why_in_one_line_and_leaves_no_file(served, tmp_path, name, said):
+    output = tmp_path / "d.jsonl"
+    closed = f"http://127.0.0.1:{free_port()}/example.dag.jsonl"
+    url = closed if name is None else f"{served}/{name}"
+    wrong = "0" * 64
+    done = fetch("--url-env", "U", "--sha256", wrong, "--output", str(output),
+                 env={"U": f"{url}?sig=s3cr3t"})  # fmt: skip
+    assert done.returncode == 1
+    expected = said.format(served=served, closed=closed, got=DIGEST, wrong=wrong)
+    assert (done.stdout, done.stderr) == ("", f"dagperf fetch: {expected}\n")
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its temporary
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (["--url-env", "UNSET_URL", "--sha256", DIGEST], {}, "$UNSET_URL is not set"),
+        (["{served}/example.dag.jsonl", "--sha256", "xyz"], {},
+         "sha256: expected 64 hexadecimal digits, got 'xyz'"),
+        (["ftp://127.0.0.1/d.jsonl", "--sha256", DIGEST], {}, "ftp://127.0.0.1/d.jsonl: not an "
+         "http(s) URL"),
+        (["{served}/example.dag.jsonl", "--sha256", DIGEST, "-o", "{tmp}/no/such/dir/d"], {},
+         "{tmp}/no/such/dir/d: cannot write there: No such file or directory"),
+    ],
+)  # fmt: skip
+def test_fetch_refuses_what_it_cannot_do(served, tmp_path, args, env, said):
+    args = [a.format(served=served, tmp=tmp_path) for a in args]
+    if "-o" not in args:
+        args += ["-o", str(tmp_path / "d")]
+    done = fetch(*args, env={"UNSET_URL": ""} | env)
+    assert done.returncode == 1
+    assert done.stderr == f"dagperf fetch: {said.format(tmp=tmp_path)}\n"
+    assert not (tmp_path / "d").exists()

@@ -15,7 +15,10 @@ import base64
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -261,21 +264,97 @@ async def test_a_dataset_too_large_for_a_config_map_runs_from_a_claim(node):
 
 
 async def test_a_dataset_too_large_for_a_config_map_runs_from_a_url(node, tmp_path):
-    """spec.dataset.url: its sha256 checked by the operator's preflight, then fetched and
-    checked again by the scheduler."""
-    api, _, sim, gate = node
+    """spec.dataset.url: its sha256 checked by the operator's preflight; then the scheduler
+    pod's init container fetches it into an emptyDir and checks it again, and the scheduler
+    reads that file. The URL's query (a presigned URL's signature) reaches only the init
+    container's environment."""
+    api, kubelet, sim, gate = node
     gate.open()
     served = tmp_path / "served"
     served.mkdir()
     (served / "three.dag.jsonl").write_bytes(DATASET.read_bytes())
     digest = hashlib.sha256(DATASET.read_bytes()).hexdigest()
     with file_server(served) as base:
-        url = {"url": {"url": f"{base}/three.dag.jsonl", "sha256": digest}}
+        url = {"url": {"url": f"{base}/three.dag.jsonl?sig=s3cr3t", "sha256": digest}}
         await start(api, sim, dataset=url, load={"concurrency": 3})
         done = await api.until(NS, "demo", phase("Succeeded"), timeout=60)
         assert done["status"]["progress"]["display"] == "9/9"
         expected = f"url {base}/three.dag.jsonl (sha256 checked)"
         assert condition(done, "DatasetValid")["message"] == expected
+
+    scheduler = await pod("demo-scheduler-", api)
+    (fetched,) = scheduler["status"]["initContainerStatuses"]
+    assert fetched["state"]["terminated"]["exitCode"] == 0
+    (init,) = scheduler["spec"]["initContainers"]
+    (container,) = scheduler["spec"]["containers"]
+    assert container["command"][2:4] == ["--input-file", "/dataset/three.dag.jsonl"]
+    assert "s3cr3t" not in json.dumps([init["command"], container])
+    copy = kubelet.root / "pods" / scheduler["metadata"]["name"] / "volumes" / "dataset"
+    assert [f.name for f in copy.iterdir()] == ["three.dag.jsonl"]  # no temporary left
+    assert (copy / "three.dag.jsonl").read_bytes() == DATASET.read_bytes()
+    assert "s3cr3t" not in (copy.parent.parent / f"{init['name']}.log").read_text()
+
+
+CHANGING_SERVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+first, later = open(sys.argv[2], "rb").read(), open(sys.argv[3], "rb").read()
+answers = iter([first])
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = next(answers, later)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print("serving", flush=True)
+server.serve_forever()
+"""
+
+
+@contextlib.contextmanager
+def changing_file_server(first: Path, later: Path) -> Iterator[str]:
+    """A server on loopback whose first answer is `first` and every later one `later`: the
+    file changed between the operator's preflight and the pod's fetch."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", CHANGING_SERVER, str(port), str(first), str(later)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline() == "serving\n"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+async def test_a_url_dataset_changed_after_the_preflight_fails_in_the_init_container(
+    node, tmp_path
+):
+    """The file the pod fetches is not the one the operator checked: the init container
+    refuses it, the scheduler never starts, and the Benchmark fails saying both digests."""
+    api, _, sim, _ = node
+    checked, changed = tmp_path / "checked", tmp_path / "changed"
+    checked.write_bytes(DATASET.read_bytes())
+    changed.write_bytes(DATASET.read_bytes() + b"\n")
+    digest = hashlib.sha256(checked.read_bytes()).hexdigest()
+    with changing_file_server(checked, changed) as base:
+        url = f"{base}/three.dag.jsonl"
+        await start(api, sim, dataset={"url": {"url": f"{url}?sig=s3cr3t", "sha256": digest}})
+        failed = await api.until(NS, "demo", phase("Failed"), timeout=60)
+    got = hashlib.sha256(changed.read_bytes()).hexdigest()
+    assert condition(failed, "Completed")["reason"] == "InitContainerFailed"
+    assert failed["status"]["message"] == (
+        "init container fetch-dataset exited with code 1: "
+        f"dagperf fetch: {url}: sha256 is {got}, expected {digest}"
+    )
+    scheduler = await pod("demo-scheduler-", api)
+    assert "terminated" not in scheduler["status"]["containerStatuses"][0]["state"]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 import shutil
 import signal
@@ -206,6 +207,30 @@ def test_a_job_that_failed_before_its_pod_reported_fails_the_benchmark():
     job = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
     assert st.finished(None, job).reason == "SchedulerFailed"
     assert st.finished(None, {"status": {}}) is None  # still running
+
+
+def test_a_pod_that_failed_before_its_scheduler_started_says_why():
+    job = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    said = "dagperf fetch: https://x.invalid/d: the server answered HTTP 403 Forbidden"
+    init = {"name": "fetch-dataset", "state": {"terminated": {"exitCode": 1, "message": said}}}
+    waiting = [{"name": "scheduler", "state": {"waiting": {"reason": "PodInitializing"}}}]
+    pod = {"status": {"phase": "Failed", "initContainerStatuses": [init],
+                      "containerStatuses": waiting}}  # fmt: skip
+    end = st.finished(pod, job)
+    assert (end.phase, end.reason) == (st.Phase.FAILED, "InitContainerFailed")
+    assert end.message == f"init container fetch-dataset exited with code 1: {said}"
+    init["state"] = {"terminated": {"exitCode": 0}}
+    pod["status"]["phase"] = "Pending"
+    assert st.finished(pod, {"status": {}}) is None  # fetched; the scheduler is starting
+    evicted = 'Usage of EmptyDir volume "dataset" exceeds the limit "1Gi". '
+    pod["status"] |= {"phase": "Failed", "reason": "Evicted", "message": evicted}
+    killed = {"terminated": {"exitCode": 137, "reason": "Error"}}
+    pod["status"]["containerStatuses"] = [{"name": "scheduler", "state": killed}]
+    end = st.finished(pod, job)
+    assert (end.reason, end.message) == (
+        "Evicted",
+        f"the scheduler pod was evicted: {evicted.strip()}",
+    )
 
 
 @pytest.mark.parametrize(
@@ -474,13 +499,87 @@ def test_a_dataset_comes_from_exactly_one_source_and_reaches_the_scheduler_from_
     assert volume["persistentVolumeClaim"] == {"claimName": "data", "readOnly": True}
     args = build_parser().parse_args(pod["containers"][0]["command"][1:])
     assert (args.input_file, args.input_sha256) == ("/dataset/big/d.jsonl", None)
-    job = manifests.scheduler_job("demo", spec_with(url), None, settings)
-    pod = job["spec"]["template"]["spec"]
-    assert not [v for v in pod["volumes"] if v["name"] == "dataset"]
-    assert not [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "dataset"]
-    args = build_parser().parse_args(pod["containers"][0]["command"][1:])
-    assert (args.input_file, args.input_sha256) == (url["url"]["url"], digest.lower())
     kubernetes_validate.validate(job, kubernetes_validate.utils.latest_version(), strict=True)
+
+
+@pytest.mark.parametrize(
+    ("url", "file", "size_limit"),
+    [
+        ("https://example.invalid/big/d.jsonl?X-Amz-Signature=s3cr3t", "d.jsonl", None),
+        ("https://example.invalid/d.jsonl.gz", "d.jsonl.gz", "20Gi"),
+        ("https://example.invalid/", "dataset", None),
+        ("https://example.invalid/a%2F..%2Fb", "dataset", None),
+        ("https://example.invalid/.hidden", "dataset", None),
+    ],
+)
+def test_a_url_dataset_is_fetched_by_an_init_container_into_an_empty_dir(url, file, size_limit):
+    """The init container runs `dagperf fetch` with the scheduler's image, security context
+    and resources, the URL in its environment only; the scheduler reads the checked copy
+    from the emptyDir, mounted read-only, and never sees the URL."""
+    from dagperf.cli import build_parser
+
+    digest = "AB" * 32
+    ref = {"url": url, "sha256": digest} | ({"sizeLimit": size_limit} if size_limit else {})
+    spec = BenchmarkSpec.model_validate(
+        {"endpoint": {"url": "http://llm:8000"}, "dataset": {"url": ref},
+         "scheduler": {"resources": {"requests": {"cpu": "2"}}}}
+    )  # fmt: skip
+    job = manifests.scheduler_job("demo", spec, None, OperatorSettings())
+    kubernetes_validate.validate(job, kubernetes_validate.utils.latest_version(), strict=True)
+    pod = job["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "dataset"]
+    assert volume == {
+        "name": "dataset",
+        "emptyDir": {"sizeLimit": size_limit} if size_limit else {},
+    }
+    (scheduler,) = pod["containers"]
+    (init,) = pod["initContainers"]
+    for key in ("image", "imagePullPolicy", "securityContext", "resources"):
+        assert init[key] == scheduler[key], key
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    assert init["resources"] == {"requests": {"cpu": "2"}, "limits": {}}
+    mounts = {m["mountPath"]: m for m in init["volumeMounts"]}
+    assert mounts["/dataset"] == {"name": "dataset", "mountPath": "/dataset"}  # it writes there
+    assert {"name": "dataset", "mountPath": "/dataset", "readOnly": True} in scheduler[
+        "volumeMounts"
+    ]
+
+    fetch = build_parser().parse_args(init["command"][1:])
+    assert fetch.run.__name__ == "_fetch" and fetch.url is None
+    assert (fetch.sha256, str(fetch.output)) == (digest.lower(), f"/dataset/{file}")
+    assert {"name": fetch.url_env, "value": url} in init["env"]
+    assert init["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    args = build_parser().parse_args(scheduler["command"][1:])
+    assert (args.input_file, args.input_sha256) == (f"/dataset/{file}", None)
+    assert "example.invalid" not in json.dumps(scheduler)
+    assert url not in json.dumps(init["command"])
+
+
+def test_a_url_session_config_is_read_from_the_fetched_copy():
+    from dagperf.cli import build_parser
+
+    spec = BenchmarkSpec.model_validate({
+        "endpoint": {"url": "http://llm:8000"}, "dataset": {"type": "session_config",
+        "url": {"url": "https://example.invalid/linear.yaml", "sha256": "ab" * 32}},
+    })  # fmt: skip
+    job = manifests.scheduler_job("demo", spec, None, OperatorSettings())
+    pod = job["spec"]["template"]["spec"]
+    args = build_parser().parse_args(pod["containers"][0]["command"][1:])
+    assert (args.session_config, args.input_file) == ("/dataset/linear.yaml", None)
+    assert str(build_parser().parse_args(pod["initContainers"][0]["command"][1:]).output) == (
+        "/dataset/linear.yaml"
+    )
+
+
+def test_a_url_datasets_size_limit_must_be_a_quantity():
+    for bad in ("lots", "20 Gi", "-1Gi", "20GB"):
+        said = r"dataset\.url\.sizeLimit\n  String should match pattern"
+        with pytest.raises(ValidationError, match=said):
+            BenchmarkSpec.model_validate({
+                "endpoint": {"url": "http://llm:8000"},
+                "dataset": {"url": {"url": "https://x.invalid/d", "sha256": "ab" * 32,
+                                    "sizeLimit": bad}},
+            })  # fmt: skip
 
 
 def test_a_benchmark_takes_every_dataset_type_the_cli_reads():

@@ -10,6 +10,12 @@ references (so deleting the Benchmark deletes them) and create them.
 Each pod mounts only its half of the key Secret: the scheduler its key pair, the workers'
 public key and the control token; the workers their key pair and the scheduler's public key.
 
+A dataset named by a URL is fetched into the scheduler pod by an init container (`dagperf
+fetch`, the same image and security context) into an emptyDir at DATASET_DIR, renamed there only
+once its SHA-256 is right; the scheduler mounts it read-only and reads a local file. The URL is
+given to the init container in its environment, not its command line: its query may be a
+presigned URL's signature.
+
 Every pod runs as a non-root user with a read-only root filesystem (an emptyDir at /tmp for
 scratch), no privilege escalation, no capabilities, the runtime's seccomp profile and no service
 account token (they never call the Kubernetes API), with resource requests set. The API key
@@ -26,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from dagperf.fetch import file_name
 from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf.sources import SESSION_CONFIG
 from dagperf_operator.settings import OperatorSettings
@@ -36,6 +43,8 @@ TOKENIZER_FILE = "/tokenizer/tokenizer.json"
 RESULTS_DIR = "/results"
 TERMINATION_LOG = "/dev/termination-log"
 KEYS_DIR = "/etc/dagperf/keys"
+FETCH_CONTAINER = "fetch-dataset"
+DATASET_URL_ENV = "DAGPERF_DATASET_URL"
 
 
 @dataclass(frozen=True)
@@ -180,26 +189,47 @@ def model_flags(options: BaseModel, prefix: str = "") -> list[str]:
     return flags
 
 
-def _dataset_flags(spec: BenchmarkSpec, dataset_key: str | None) -> list[str]:
-    """Where the scheduler reads the dataset: a file under DATASET_DIR (a ConfigMap's key, a
-    path on a claim), or a URL it fetches and checks against its digest."""
+def _dataset_file(spec: BenchmarkSpec, dataset_key: str | None) -> str:
+    """Where the scheduler reads the dataset: under DATASET_DIR, a ConfigMap's key, a path on a
+    claim, or the file the init container fetched from a URL."""
     if spec.dataset.url is not None:
-        where = [spec.dataset.url.url, "--input-sha256", spec.dataset.url.sha256.lower()]
-    else:
-        where = [f"{DATASET_DIR}/{dataset_key}"]
+        return f"{DATASET_DIR}/{file_name(spec.dataset.url.url)}"
+    return f"{DATASET_DIR}/{dataset_key}"
+
+
+def _dataset_flags(spec: BenchmarkSpec, dataset_key: str | None) -> list[str]:
+    where = _dataset_file(spec, dataset_key)
     if spec.dataset.type == SESSION_CONFIG:
-        return ["--session-config", *where]
-    return ["--input-file", *where, "--custom-dataset-type", spec.dataset.type]
+        return ["--session-config", where]
+    return ["--input-file", where, "--custom-dataset-type", spec.dataset.type]
 
 
-def _dataset_volume(spec: BenchmarkSpec) -> dict[str, Any] | None:
+def _dataset_volume(spec: BenchmarkSpec) -> dict[str, Any]:
     dataset = spec.dataset
     if dataset.persistent_volume_claim is not None:
         claim = {"claimName": dataset.persistent_volume_claim.claim_name, "readOnly": True}
         return {"name": "dataset", "persistentVolumeClaim": claim}
     if dataset.config_map_ref is not None:
         return {"name": "dataset", "configMap": {"name": dataset.config_map_ref.name}}
-    return None  # a URL: fetched into the pod's scratch space
+    assert dataset.url is not None
+    limit = dataset.url.size_limit
+    return {"name": "dataset", "emptyDir": {"sizeLimit": limit} if limit else {}}
+
+
+def _fetch_container(
+    spec: BenchmarkSpec, image: str, resources: dict[str, Any], settings: OperatorSettings
+) -> dict[str, Any] | None:
+    """The init container that fetches a URL's dataset into the emptyDir, or None."""
+    url = spec.dataset.url
+    if url is None:
+        return None
+    command = ["dagperf", "fetch", "--url-env", DATASET_URL_ENV, "--sha256", url.sha256.lower()]
+    command += ["--output", _dataset_file(spec, None)]
+    container = _container(FETCH_CONTAINER, image, command, resources, settings)
+    container["env"].append({"name": DATASET_URL_ENV, "value": url.url})
+    container["volumeMounts"].append({"name": "dataset", "mountPath": DATASET_DIR})
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"  # its one line says why
+    return container
 
 
 def scheduler_command(
@@ -268,11 +298,12 @@ def scheduler_job(
 ) -> dict[str, Any]:  # fmt: skip
     names = Names(name)
     image = spec.image or settings.image
+    resources = _resources(spec.scheduler.resources, settings.scheduler_resources)
     container = _container(
         "scheduler",
         image,
         scheduler_command(name, spec, dataset_key, settings, scrape),
-        _resources(spec.scheduler.resources, settings.scheduler_resources),
+        resources,
         settings,
     )
     container["ports"] = [
@@ -292,11 +323,11 @@ def scheduler_job(
                 "configMap": {"name": spec.dataset.tokenizer.name, "items": items},
             }
         )
-    if (dataset := _dataset_volume(spec)) is not None:
-        volumes.append(dataset)
-        container["volumeMounts"].append(
-            {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}
-        )
+    volumes.append(_dataset_volume(spec))
+    container["volumeMounts"].append(
+        {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}
+    )
+    fetch = _fetch_container(spec, image, resources, settings)
     container["volumeMounts"] += [
         {"name": "results", "mountPath": RESULTS_DIR},
         KEYS_MOUNT,
@@ -328,6 +359,7 @@ def scheduler_job(
                     "restartPolicy": "Never",
                     "securityContext": _pod_security(settings),
                     "automountServiceAccountToken": False,  # they never call the API
+                    **({"initContainers": [fetch]} if fetch else {}),
                     "containers": [container],
                     "volumes": [
                         results,

@@ -2,7 +2,8 @@
 
 - a ConfigMap: read through the API and parsed with the CLI's loader;
 - a URL: fetched by streaming to a temporary file, its SHA-256 checked, then parsed the same
-  way (the scheduler fetches and checks it again: the file could change in between);
+  way (the scheduler pod's init container fetches and checks it again: the file could change
+  in between);
 - a claim: the operator mounts no volume, so it checks that the claim exists (a pod waiting on
   a missing claim would wait forever); the scheduler reads the file when it starts and, if it
   cannot run it, fails the Benchmark with the problems.
@@ -25,7 +26,8 @@ from dagperf_operator.spec import BenchmarkSpec
 @dataclass(frozen=True, slots=True)
 class Checked:
     """The outcome: `reason` is None when the dataset may be run; `key` is where the scheduler
-    reads it (a ConfigMap's key, a path on the claim; None for a URL); `message` says where
+    reads it (a ConfigMap's key, a path on the claim; None for a URL, whose file is named
+    after it); `message` says where
     the dataset is, or what is wrong with it."""
 
     reason: str | None

@@ -125,7 +125,14 @@ class UrlRef(_Model):
     sha256: str = Field(
         pattern=r"^[0-9a-fA-F]{64}$",
         description="The SHA-256 the file must have; checked before it is read, by the "
-        "operator's preflight and by the scheduler that fetches it.",
+        "operator's preflight and by the scheduler pod's init container that fetches it.",
+    )
+    size_limit: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?$",
+        description="The sizeLimit of the emptyDir the file is fetched into, a quantity such as "
+        "20Gi: a pod that writes more is evicted. Default: none, bounded only by the node's "
+        "ephemeral storage.",
     )
 
 
@@ -149,8 +156,8 @@ class Dataset(_Model):
     )
     url: UrlRef | None = Field(
         default=None,
-        description="An http(s) URL of the dataset file, with its sha256: the scheduler fetches "
-        "it (a file too large for a ConfigMap).",
+        description="An http(s) URL of the dataset file, with its sha256: an init container of "
+        "the scheduler's pod fetches it into an emptyDir (a file too large for a ConfigMap).",
     )
     persistent_volume_claim: ClaimFileRef | None = Field(
         default=None,

@@ -4,7 +4,8 @@ Conditions keep the usual shape (type, status, reason, message, lastTransitionTi
 their transition time while their status stays the same. While the scheduler runs, its /status
 gives progress, workers and a metrics summary; when its pod ends, the termination message it
 wrote (its final report; both are typed in dagperf.contract) gives the final word, and the
-pod's own state (exit code, OOMKilled) explains a failure the scheduler could not report itself.
+pod's own state (exit code, OOMKilled, a failed init container, an eviction) explains a failure
+the scheduler could not report itself.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ class End(NamedTuple):
 
 def finished(pod: dict[str, Any] | None, job: dict[str, Any] | None) -> End | None:
     """How the run ended, once the scheduler's pod (or its Job) says it did; None meanwhile."""
+    if (failed := _pod_failed(pod)) is not None:
+        return failed
     terminated = _terminated(pod)
     if terminated is None:
         job_failed = any(
@@ -149,4 +152,25 @@ def _terminated(pod: dict[str, Any] | None) -> dict[str, Any] | None:
     for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
         if container.get("name") == "scheduler":
             return (container.get("state") or {}).get("terminated")
+    return None
+
+
+def _pod_failed(pod: dict[str, Any] | None) -> End | None:
+    """A failure of the pod rather than of the scheduler: an init container that failed (its
+    termination message is its last words: the fetch-dataset container's one line on what went
+    wrong), or the pod's eviction (an emptyDir over its sizeLimit, say)."""
+    status = (pod or {}).get("status") or {}
+    for container in status.get("initContainerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        code = terminated.get("exitCode")
+        if code:
+            detail = (terminated.get("message") or "").strip()[:500]
+            name = container.get("name")
+            message = f"init container {name} exited with code {code}" + (
+                f": {detail}" if detail else ""
+            )
+            return End(Phase.FAILED, "InitContainerFailed", message)
+    if status.get("reason") == "Evicted":
+        detail = (status.get("message") or "").strip()[:500]
+        return End(Phase.FAILED, "Evicted", f"the scheduler pod was evicted: {detail}")
     return None

@@ -3,6 +3,10 @@ given before a byte of it is parsed, so a changed or truncated file is refused r
 
 A local file may be pinned the same way. What is recorded of a URL (exports, logs) leaves out
 its query and credentials: a presigned URL's signature is a secret.
+
+`save` keeps the checked file instead (`dagperf fetch`, a Benchmark pod's init container): it is
+written under a temporary name beside its destination and renamed only once its digest is
+right, so the destination never holds a partial or wrong file.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 CHUNK = 1 << 20
 TIMEOUT_S = 60.0
 SHA256 = re.compile(r"[0-9a-f]{64}")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class Readable(Protocol):
@@ -44,6 +49,13 @@ def shown(name: str) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def file_name(url: str) -> str:
+    """The last segment of the URL's path, as a local file name: "dataset" when it is empty
+    or holds anything but letters, digits, '.', '_' and '-' (no escapes, no dot files)."""
+    name = urlsplit(url).path.rsplit("/", 1)[-1]
+    return name if SAFE_NAME.fullmatch(name) else "dataset"
 
 
 def check_digest(sha256: str) -> str:
@@ -76,6 +88,28 @@ def local_copy(name: str, sha256: str | None) -> Iterator[Path]:
         yield Path(path)
     finally:
         os.unlink(path)
+
+
+def save(url: str, sha256: str, output: Path) -> int:
+    """Fetch `url` to `output` once its digest is `sha256`; its size in bytes."""
+    digest = check_digest(sha256)
+    if not is_url(url):
+        raise FetchError(f"{shown(url)}: not an http(s) URL")
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    except OSError as e:
+        raise FetchError(f"{output}: cannot write there: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            _verify(url, _download(url, out), digest)
+        os.replace(temporary, output)
+    except OSError as e:  # writing or renaming the copy: the fetch's own errors are FetchErrors
+        os.unlink(temporary)
+        raise FetchError(f"{output}: cannot write there: {e.strerror or e}") from None
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return output.stat().st_size
 
 
 def _download(url: str, out: BinaryIO) -> str:

@@ -8,7 +8,7 @@ Flags follow `aiperf profile` where a concept is shared. The load flags are gene
 - `benchmark`: what every command that runs a benchmark takes and does (dataset, endpoint,
   output, metrics; the artifact directory; the verdict's exit code).
 - `roles`: `profile` (all on this machine), `scheduler` and `worker`.
-- `tools`: `validate`, `health`, `report`, `keys` and `simulate`.
+- `tools`: `validate`, `fetch`, `health`, `report`, `keys` and `simulate`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from dagperf import __version__
 from dagperf.cli.roles import add_profile, add_scheduler, add_worker
 from dagperf.cli.search import add_search
-from dagperf.cli.tools import add_health, add_keys, add_report, add_simulate, add_validate
+from dagperf.cli.tools import (
+    add_fetch,
+    add_health,
+    add_keys,
+    add_report,
+    add_simulate,
+    add_validate,
+)
 from dagperf.runtime import lifeline
 
 
@@ -46,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scheduler(commands)
     add_worker(commands)
     add_validate(commands)
+    add_fetch(commands)
     add_health(commands)
     add_report(commands)
     add_keys(commands)

@@ -1,16 +1,18 @@
-"""The commands around a run: `validate` a dataset, `health` of a finished run, its `report`,
-`keys` for the roles, and `simulate` (the built-in simulated LLM on its own)."""
+"""The commands around a run: `validate` a dataset, `fetch` one from a URL, `health` of a
+finished run, its `report`, `keys` for the roles, and `simulate` (the built-in simulated LLM on
+its own)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from dagperf.cli.benchmark import DATASET_TYPES, read_graph
 from dagperf.cli.flags import Commands, add_model_flags, model_from_flags
-from dagperf.fetch import shown
+from dagperf.fetch import FetchError, save, shown
 from dagperf.health import HealthOptions, health_command
 from dagperf.keys import FILES, KeySet
 from dagperf.simulator import SimConfig
@@ -42,6 +44,30 @@ def add_validate(commands: Commands) -> None:
     )
     validate.add_argument("--json", action="store_true", help="print the summary as JSON")
     validate.set_defaults(run=_validate)
+
+
+def add_fetch(commands: Commands) -> None:
+    fetch = commands.add_parser(
+        "fetch",
+        help="fetch a dataset file from a URL, its digest checked",
+        description="Fetch an http(s) URL to PATH: written under a temporary name beside PATH "
+        "and renamed to it only when its SHA-256 is HEX. Exit 0, or 1 with one line saying what "
+        "went wrong; the URL is shown without its query (a presigned URL's signature is a "
+        "credential). A Benchmark's scheduler pod runs it as its init container.",
+    )
+    source = fetch.add_mutually_exclusive_group(required=True)
+    source.add_argument("url", metavar="URL", nargs="?", help="the file's http(s) URL")
+    source.add_argument(
+        "--url-env", metavar="NAME",
+        help="read the URL from this environment variable (keeps it off the command line)",
+    )  # fmt: skip
+    fetch.add_argument(
+        "--sha256", required=True, metavar="HEX", help="the SHA-256 the file must have"
+    )
+    fetch.add_argument(
+        "-o", "--output", required=True, type=Path, metavar="PATH", help="where to write it"
+    )
+    fetch.set_defaults(run=_fetch)
 
 
 def add_health(commands: Commands) -> None:
@@ -143,6 +169,20 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"{name}: valid {kind}")
         for label, value in figures.items():
             print(f"  {label:<18}{value:>10,}")
+    return 0
+
+
+def _fetch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    url = args.url if args.url_env is None else os.environ.get(args.url_env, "")
+    if not url:
+        print(f"dagperf fetch: ${args.url_env} is not set", file=sys.stderr)
+        return 1
+    try:
+        size = save(url, args.sha256, args.output)
+    except FetchError as e:
+        print(f"dagperf fetch: {e}", file=sys.stderr)
+        return 1
+    print(f"fetched {shown(url)} to {args.output} ({size:,} bytes, sha256 checked)")
     return 0
 
 
