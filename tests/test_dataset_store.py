@@ -6,7 +6,9 @@ two processes to the same dataset and the same problems as one read in one."""
 from __future__ import annotations
 
 import gzip
+import multiprocessing
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -85,11 +87,20 @@ def lines_in_both_halves(good: bool) -> list:
 
 
 def read(path: Path, split: int, monkeypatch) -> object:
+    """The dataset or its problems, read in two processes when `split` is below its size (and
+    checked to be)."""
     monkeypatch.setattr(dag_halves, "SPLIT_BYTES", split)
+    middles: list[int | None] = []
+    find = dag_halves._middle
+    monkeypatch.setattr(
+        dag_halves, "_middle", lambda store: middles.append(find(store)) or middles[-1]
+    )
     try:
         return load_dag_jsonl(path)
     except DatasetError as e:
         return [str(p) for p in e.problems]
+    finally:
+        assert (middles[0] is not None) == (split < path.stat().st_size), middles
 
 
 @pytest.mark.parametrize("good", [True, False])
@@ -113,6 +124,28 @@ def test_a_child_that_dies_costs_only_time(tmp_path, monkeypatch):
     whole = read(path, 1 << 40, monkeypatch)
     monkeypatch.setattr(dag_halves, "_second_half", lambda *args: os._exit(1))
     assert line_numbers(read(path, 1, monkeypatch)) == line_numbers(whole)
+
+
+def test_a_first_half_past_the_problem_cap_stops_the_second(tmp_path, monkeypatch):
+    bad = [conv(f"b{i}", turn(max_tokens=0)) for i in range(150)]
+    path = write(tmp_path / "d.jsonl", *bad, *lines_in_both_halves(good=True))
+    problems = read(path, 1, monkeypatch)
+    assert len(problems) == 101 and "stopped reading here" in problems[-1]
+    assert multiprocessing.active_children() == []  # the second half's reader was stopped
+
+
+def test_a_read_from_another_thread_stays_in_one_process(tmp_path, monkeypatch):
+    """A fork copies only the calling thread: a process reading from a worker thread (the
+    operator) never forks a reader."""
+    path = write(tmp_path / "d.jsonl", *lines_in_both_halves(good=True))
+    monkeypatch.setattr(dag_halves, "SPLIT_BYTES", 1)
+    forked = []
+    monkeypatch.setattr(dag_halves, "_middle", lambda store: forked.append(store))
+    with ThreadPoolExecutor(1) as pool:
+        dataset = pool.submit(load_dag_jsonl, path).result()
+    assert forked == [] and len(dataset.ids) == 86
+    load_dag_jsonl(path)  # from the main thread, it would
+    assert len(forked) == 1
 
 
 COMPLETION = {

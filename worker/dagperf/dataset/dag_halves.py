@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 from multiprocessing.connection import Connection
 from typing import BinaryIO
 
@@ -26,8 +27,7 @@ _LOOK = 1 << 16
 
 def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
     """The pass over a whole stream, in two processes when it is a large plain file."""
-    forkable = sys.platform == "linux" and not multiprocessing.current_process().daemon
-    middle = _middle(store) if forkable else None
+    middle = _middle(store) if _forkable() else None
     if middle is None:
         return _read(FilePass(source, store), Chunks(stream))
     context = multiprocessing.get_context("fork")
@@ -36,10 +36,16 @@ def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
     child.start()
     send.close()
     first = Chunks(stream, 0, middle)
-    reading = _read(FilePass(source, store), first)
+    try:
+        reading = _read(FilePass(source, store), first)
+    except BaseException:  # this half failed (past the problem cap, say): the other is moot
+        child.kill()
+        child.join()
+        receive.close()
+        raise
     try:
         outcome = receive.recv()
-    except EOFError:  # the child died: read its half here
+    except EOFError:  # the child died: its half is read here
         outcome = None
     finally:
         child.join()
@@ -52,6 +58,19 @@ def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
         outcome = _read(own, Chunks(stream, middle)).part()
     reading.merge(outcome, first.next_line - 1)
     return reading
+
+
+def _forkable() -> bool:
+    """Whether this process may fork a reader: on Linux, from the main thread of a process
+    running no threads but this read's progress line (a fork copies only the calling thread,
+    and a lock another thread held stays held in the child: the operator, for one, reads its
+    files from worker threads and keeps to one process)."""
+    return (
+        sys.platform == "linux"
+        and not multiprocessing.current_process().daemon
+        and threading.current_thread() is threading.main_thread()
+        and threading.active_count() <= 2
+    )
 
 
 def _read(reading: FilePass, chunks: Chunks) -> FilePass:
