@@ -10,6 +10,7 @@ read again here. Forking needs Linux; elsewhere the file is read in one pass.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -53,9 +54,7 @@ def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
     if isinstance(outcome, BaseException):
         raise outcome
     if outcome is None:
-        stream.seek(middle)
-        own = FilePass(source, LineStore(source, stream))
-        outcome = _read(own, Chunks(stream, middle)).part()
+        outcome = _part_from(stream, source, middle)
     reading.merge(outcome, first.next_line - 1)
     return reading
 
@@ -85,18 +84,22 @@ def _second_half(send: Connection, stream: BinaryIO, source: str, middle: int) -
     try:
         # Opened anew, not dup'ed: a duplicate would share (and move) the parent's position.
         with open(f"/proc/self/fd/{stream.fileno()}", "rb") as own:
-            own.seek(middle)
-            reading = FilePass(source, LineStore(source, own))
-            try:
-                _read(reading, Chunks(own, middle))
-                outcome: Part | BaseException = reading.part()
-            except DatasetError:  # past the problem cap: the problems so far say it
-                outcome = reading.part()
+            outcome: Part | BaseException = _part_from(own, source, middle)
         send.send(outcome)
     except BaseException as e:
         send.send(e)
     finally:
         send.close()
+
+
+def _part_from(stream: BinaryIO, source: str, middle: int) -> Part:
+    """The pass from `middle` to the end of a stream, as a Part to merge (stopped at the
+    problem cap, its problems so far)."""
+    stream.seek(middle)
+    reading = FilePass(source, LineStore(source, stream))
+    with contextlib.suppress(DatasetError):  # past the cap: the merge stops at it again
+        _read(reading, Chunks(stream, middle))
+    return reading.part()
 
 
 def _middle(store: LineStore) -> int | None:

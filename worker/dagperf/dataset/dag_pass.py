@@ -205,11 +205,14 @@ class FilePass:
         """One decoded line filed as conversation `number`, unless its session came before."""
         sid = record.session_id
         if sid in self.ids:
-            first = self.line_numbers[self.ids[sid]]
-            self.report(lineno, f"duplicate session_id '{sid}' (first declared on line {first})")
+            self._duplicate(lineno, sid)
             return False
         self.ids[sid] = number
         return True
+
+    def _duplicate(self, lineno: int, sid: str) -> None:
+        first = self.line_numbers[self.ids[sid]]
+        self.report(lineno, f"duplicate session_id '{sid}' (first declared on line {first})")
 
     def examine(self, lineno: int, record: Checked, number: int, system: bool) -> None:
         """A filed line's branches and own rules; `system` False when the line cannot hold a
@@ -281,11 +284,7 @@ class FilePass:
         else:
             for number, sid in enumerate(sids, offset):
                 if sid and sid in ids:
-                    first = self.line_numbers[ids[sid]]
-                    self.report(
-                        self.line_numbers[number],
-                        f"duplicate session_id '{sid}' (first declared on line {first})",
-                    )
+                    self._duplicate(self.line_numbers[number], sid)
                 elif sid:
                     ids[sid] = number
         self.store.extend(part.spans)
