@@ -128,7 +128,8 @@ def file_problems(
     starters = edges.starters(len(sids))
     # Only conversations that start others can lie on a cycle: the rest stay out of the search.
     children_of: dict[str, list[str]] = {}
-    for i in np.flatnonzero(edges.child >= 0)[starters[edges.child[edges.child >= 0]]].tolist():
+    declared = np.flatnonzero(edges.child >= 0)
+    for i in declared[starters[edges.child[declared]]].tolist():
         children_of.setdefault(sids[int(parent[i])], []).append(sids[int(edges.child[i])])
     for cycle in _cycles(children_of):
         yield lines[ids[cycle[-2]]], "cycle detected: " + " -> ".join(cycle)
