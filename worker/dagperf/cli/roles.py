@@ -8,10 +8,12 @@ import asyncio
 import io
 import logging
 import os
+import signal
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -45,6 +47,7 @@ from dagperf.runtime.logs import setup_logging
 from dagperf.simulator import SimConfig
 
 if TYPE_CHECKING:
+    from dagperf.local_processes import Launch
     from dagperf.profile import LocalPlan
 
 TERMINATION_MESSAGE_CHARS = 3000  # a pod's termination message holds 4 KB
@@ -158,12 +161,16 @@ def add_worker(commands: Commands) -> None:
         metavar="S",
         help="register again after this long without word from the scheduler",
     )
+    worker.add_argument(  # dagperf profile starts its workers while it reads the dataset
+        "--wait-for-start", action="store_true", help=argparse.SUPPRESS
+    )
     log_flags(worker)
     worker.set_defaults(run=_worker)
 
 
 def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from dagperf.console import Console
+    from dagperf.local_processes import LaunchError, LocalProcesses
     from dagperf.profile import run_local, run_sync
 
     setup_logging(args.log_format, getattr(logging, args.log_level))
@@ -171,19 +178,32 @@ def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--num-profile-runs: must be at least 1")
     if not 0 < args.confidence_level < 1:
         parser.error(f"--confidence-level: between 0 and 1, got {args.confidence_level}")
-    made = local_plan(args, parser)
-    if made is None:
-        return verdict.USAGE
-    plan, health = made
-    if args.num_profile_runs > 1:
-        return _repeated(plan, args.num_profile_runs, args.confidence_level, args.report)
-    console = Console.for_output(args.quiet, args.log_format)
+    flags = checked_flags(args, parser)
+    if args.num_profile_runs > 1:  # each run starts its own processes
+        made = local_plan(args, parser, flags)
+        if made is None:
+            return verdict.USAGE
+        return _repeated(made[0], args.num_profile_runs, args.confidence_level, args.report)
+    # SIGTERM while the dataset is read stops the processes as Ctrl-C does (the run's own
+    # handlers take over once it runs), so none is left, nor its keys on disk.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:  # they start up while the dataset is read
+        processes = LocalProcesses(flags.launch)
+    except LaunchError as e:
+        print(f"dagperf: {e}", file=sys.stderr)
+        return verdict.RUN_FAILED
+    with processes:
+        made = local_plan(args, parser, flags)
+        if made is None:
+            return verdict.USAGE
+        plan, health = made
+        console = Console.for_output(args.quiet, args.log_format)
 
-    async def go() -> int:
-        outcome = await run_local(plan, console)
-        return report_outcome(outcome, console, plan.artifact_dir, health, args.report)
+        async def go() -> int:
+            outcome = await run_local(plan, console, processes)
+            return report_outcome(outcome, console, plan.artifact_dir, health, args.report)
 
-    return run_sync(go)
+        return run_sync(go)
 
 
 def _repeated(plan: LocalPlan, runs: int, confidence: float, report: bool) -> int:
@@ -200,12 +220,18 @@ def _repeated(plan: LocalPlan, runs: int, confidence: float, report: bool) -> in
     return run_sync(go)
 
 
-def local_plan(
-    args: argparse.Namespace, parser: argparse.ArgumentParser
-) -> tuple[LocalPlan, HealthOptions] | None:
-    """A local run from `dagperf profile`'s flags, every one checked before anything starts;
-    None after printing the dataset's problems."""
-    from dagperf.profile import LocalPlan
+@dataclass(frozen=True)
+class ProfileFlags:
+    """The flags of a local run checked before its dataset is read."""
+
+    endpoint: dict[str, Any]  # EndpointConfig fields; `url` and `model` may still be None
+    load: LoadConfig
+    health: HealthOptions
+    launch: Launch
+
+
+def checked_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ProfileFlags:
+    from dagperf.local_processes import Launch
 
     endpoint = endpoint_fields(parser, args)
     load = model_from_flags(parser, args, LoadConfig)
@@ -215,7 +241,22 @@ def local_plan(
     health = model_from_flags(parser, args, HealthOptions, prefix="health_")
     if args.keys is not None:
         role_keys(parser, args, load_scheduler_keys)  # a bad key set is a usage error
-    loaded = graph_and_load(parser, args, load)
+    launch = Launch(
+        args.workers, args.url, args.endpoint, endpoint["api_key"], args.keys,
+        args.log_format, simulator_args=_simulator_args(sim),
+    )  # fmt: skip
+    return ProfileFlags(endpoint, load, health, launch)
+
+
+def local_plan(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, flags: ProfileFlags | None = None
+) -> tuple[LocalPlan, HealthOptions] | None:
+    """A local run from `dagperf profile`'s flags, every one checked before the run starts;
+    None after printing the dataset's problems."""
+    from dagperf.profile import LocalPlan
+
+    flags = flags or checked_flags(args, parser)
+    loaded = graph_and_load(parser, args, flags.load)
     if loaded is None:
         return None
     graph, load = loaded
@@ -224,17 +265,14 @@ def local_plan(
     ensure_writable(parser, artifact_dir)
     plan = LocalPlan(
         graph=graph,
-        endpoint=endpoint,
+        endpoint=flags.endpoint,
         load=load,
-        workers=args.workers,
+        launch=flags.launch,
         artifact_dir=artifact_dir,
         input_config=recorded_inputs(args, load, args.workers, options),
-        log_format=args.log_format,
-        simulator_args=_simulator_args(sim),
         scheduler_options=options,
-        keys_dir=args.keys,
     )
-    return plan, health
+    return plan, flags.health
 
 
 def _simulator_args(config: SimConfig) -> tuple[str, ...]:
@@ -325,4 +363,6 @@ def _worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args.scheduler_timeout, api_key or None,
     )  # fmt: skip
     log_flags = [f"--log-format={args.log_format}", f"--log-level={args.log_level}"]
+    if args.wait_for_start and not sys.stdin.readline():
+        return verdict.OK  # the run that started this worker ended before it began
     return serve_workers(config, str(args.keys), args.processes, log_flags)

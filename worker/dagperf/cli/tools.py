@@ -136,6 +136,9 @@ def add_simulate(commands: Commands) -> None:
     simulate.add_argument(
         "--port", type=int, default=8000, help="port to bind (default: %(default)s)"
     )
+    simulate.add_argument(  # a listening socket dagperf profile bound, so it knew the URL first
+        "--fd", type=int, help=argparse.SUPPRESS
+    )
     add_model_flags(simulate, SimConfig, "simulator")
     simulate.set_defaults(run=_simulate)
 
@@ -206,5 +209,5 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from dagperf.simulator import serve_simulator
 
     config = model_from_flags(parser, args, SimConfig)
-    serve_simulator(config, args.host, args.port)
+    serve_simulator(config, args.host, args.port, args.fd)
     return 0
