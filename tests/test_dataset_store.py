@@ -79,9 +79,10 @@ def lines_in_both_halves(good: bool) -> list:
     first += [conv(f"f{i}", turn(messages=[user("f" * 200)])) for i in range(40)]
     second = [conv("q"), conv("x"), conv("y", turn(forks=["z"])), conv("z")]
     second += [conv(f"s{i}", turn(messages=[user("s" * 200)])) for i in range(40)]
-    if not good:
-        first.append(conv("dup"))
+    if not good:  # a half numbers its own edges: 'dup' in both must still be the first one
+        first += [conv("dup"), conv("o", turn(forks=["dup"]))]
         second += [conv("dup"), conv("bad", turn(max_tokens=0)), conv("w", turn(forks=["q"]))]
+        second.append(conv("v", turn(forks=["dup"])))
         second.append(conv("u", turn(spawns=["nowhere"])))
     return first + second
 
@@ -110,6 +111,7 @@ def test_two_processes_read_a_file_as_one_does(tmp_path, monkeypatch, good):
     if not good:
         assert any("duplicate session_id 'dup'" in p for p in halves)
         assert any("forked by both 'p' turn 0 and 'w' turn 0" in p for p in halves)
+        assert any("'dup' forked by both 'o' turn 0 and 'v' turn 0" in p for p in halves)
         assert halves == whole
         return
     assert line_numbers(halves) == line_numbers(whole)

@@ -13,6 +13,7 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -24,13 +25,15 @@ NO_TURN = -1  # the spawning turn of a pre-session spawn
 
 
 class EdgeList:
-    """Edges in the order the loader meets their parents, children still named."""
+    """Edges in the order the loader meets their parents, children named and, once a pass has
+    looked them up among its own sessions (`number`), numbered."""
 
     def __init__(self) -> None:
         self.parents = array("q")
         self.kinds = array("b")
         self.turns = array("q")
         self.children: list[str] = []
+        self.numbers = array("q")  # of the first len(numbers) edges' children; -1: not found
 
     def add(self, parent: int, branches: list[Branch]) -> None:
         for branch in branches:
@@ -57,22 +60,36 @@ class EdgeList:
         self.kinds.extend(itertools.repeat(FORK, total))
         self.turns.extend(itertools.repeat(0, total))
 
+    def number(self, ids: Mapping[str, int]) -> None:
+        """Number the children not numbered yet by `ids` (-1 for one it lacks). A pass over
+        part of a file numbers its own (in the process that read it) before the parts merge."""
+        fresh = self.children[len(self.numbers) :]
+        self.numbers.frombytes(_numbered(fresh, ids).tobytes())
+
     def extend(self, other: EdgeList, offset: int) -> None:
-        """Another list's edges, their parents numbered from `offset`."""
+        """Another list's edges, their parents (and children, where numbered) numbered from
+        `offset`."""
         parents = np.frombuffer(other.parents, np.int64) + offset
         self.parents.frombytes(parents.tobytes())
         self.kinds.extend(other.kinds)
         self.turns.extend(other.turns)
+        if len(self.numbers) == len(self.children):  # else numbered at the end
+            numbers = np.frombuffer(other.numbers, np.int64)
+            self.numbers.frombytes(np.where(numbers >= 0, numbers + offset, -1).tobytes())
         self.children += other.children
 
     def resolve(self, ids: Mapping[str, int]) -> Edges:
         """The edges in the file order of their parents (the order the whole-file rules name
         first ones by), children numbered; a child no line declares is numbered -1 and named in
-        `undeclared`."""
+        `undeclared`. Children a pass did not find among its own sessions are looked up again
+        in `ids`, the whole file's."""
         children = self.children
-        numbers = np.fromiter(
-            map(ids.get, children, itertools.repeat(-1)), np.int64, count=len(children)
-        )
+        numbers = np.frombuffer(self.numbers, np.int64)
+        missing = np.flatnonzero(numbers < 0)
+        if len(missing):
+            numbers = numbers.copy()
+            numbers[missing] = _numbered([children[i] for i in missing.tolist()], ids)
+        numbers = np.concatenate((numbers, _numbered(children[len(numbers) :], ids)))
         parents = np.frombuffer(self.parents, np.int64)
         kinds, turns = np.frombuffer(self.kinds, np.int8), np.frombuffer(self.turns, np.int64)
         if (parents[1:] < parents[:-1]).any():  # bulk-filed lines came before their block's
@@ -84,8 +101,24 @@ class EdgeList:
                 turns[order],
             )
             children = [children[i] for i in order.tolist()]
-        missing = np.flatnonzero(numbers < 0).tolist()
-        return Edges(parents, numbers, kinds, turns, {i: children[i] for i in missing})
+        undeclared = np.flatnonzero(numbers < 0).tolist()
+        return Edges(parents, numbers, kinds, turns, {i: children[i] for i in undeclared})
+
+    def __getstate__(self) -> tuple[bytes, ...]:
+        """As it travels between processes: the names as one msgpack string list (pickling
+        them one by one costs twenty times as long)."""
+        arrays = (self.parents, self.kinds, self.turns, self.numbers)
+        return (*(a.tobytes() for a in arrays), msgspec.msgpack.encode(self.children))
+
+    def __setstate__(self, state: tuple[bytes, ...]) -> None:
+        parents, kinds, turns, numbers, children = state
+        self.parents, self.kinds = array("q", parents), array("b", kinds)
+        self.turns, self.numbers = array("q", turns), array("q", numbers)
+        self.children = msgspec.msgpack.decode(children, type=list[str])
+
+
+def _numbered(names: list[str], ids: Mapping[str, int]) -> NDArray[np.int64]:
+    return np.fromiter(map(ids.get, names, itertools.repeat(-1)), np.int64, count=len(names))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
         child.join()
         receive.close()
         raise
+    reading.edges.number(reading.ids)  # while the child sends its half
     try:
         outcome = receive.recv()
     except EOFError:  # the child died: its half is read here

@@ -264,9 +264,10 @@ class FilePass:
     def part(self) -> Part:
         """What this pass found, to be merged into the pass over the part of the file before
         (its line numbers counted from 1, its conversations from 0)."""
+        self.edges.number(self.ids)
         return Part(
-            self.problems, self._sids(), self.line_numbers, self.turns, self.store.spans(),
-            self.edges, self.opening_system, self.models, self.unparsed,
+            self.problems, msgspec.msgpack.encode(self._sids()), self.line_numbers, self.turns,
+            self.store.spans(), self.edges, self.opening_system, self.models, self.unparsed,
         )  # fmt: skip
 
     def merge(self, part: Part, lines_before: int) -> None:
@@ -278,27 +279,39 @@ class FilePass:
         numbers = np.frombuffer(part.line_numbers, np.int64) + lines_before
         self.line_numbers.frombytes(numbers.tobytes())
         self.turns.extend(part.turns)
-        ids, sids = self.ids, part.sids
-        if "" not in sids and ids.keys().isdisjoint(sids):
-            ids.update(zip(sids, range(offset, offset + len(sids)), strict=True))
-        else:
+        self.edges.number(self.ids)  # before the ids of the other part join them
+        self.edges.extend(part.edges, offset)
+        sids = msgspec.msgpack.decode(part.sids, type=list[str])
+        if not self._file_apart(sids, offset):
+            self.edges.numbers = array("q")  # a session in both parts: number them as one
             for number, sid in enumerate(sids, offset):
-                if sid and sid in ids:
+                if sid and sid in self.ids:
                     self._duplicate(self.line_numbers[number], sid)
                 elif sid:
-                    ids[sid] = number
+                    self.ids[sid] = number
         self.store.extend(part.spans)
-        self.edges.extend(part.edges, offset)
         self.opening_system.update(part.opening_system)
         self.models |= part.models
         self.unparsed |= part.unparsed
+
+    def _file_apart(self, sids: list[str], offset: int) -> bool:
+        """The sessions of another part filed from `offset`, unless one is in both parts or is
+        a duplicate there (nothing filed then)."""
+        if "" in sids:
+            return False
+        before = self.ids.copy()  # a dict copy costs a tenth of checking the keys apart
+        self.ids.update(zip(sids, range(offset, offset + len(sids)), strict=True))
+        if len(self.ids) == len(before) + len(sids):
+            return True
+        self.ids = before
+        return False
 
 
 class Part(NamedTuple):
     """A pass's findings over a part of a file, as they travel between processes."""
 
     problems: list[Problem]
-    sids: list[str]
+    sids: bytes  # by conversation number, as a msgpack list ("" for a duplicate's number)
     line_numbers: array[int]
     turns: array[int]
     spans: Spans
