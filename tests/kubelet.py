@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator import Api
-from node import TERMINATION_LIMIT, expand
+from node import TERMINATION_LIMIT, cancelled, expand
 
 DAGPERF = str(Path(sys.executable).with_name("dagperf"))  # the image's entry point, installed
 
@@ -79,13 +79,7 @@ class Kubelet:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._loop is not None
-        # Until it is done: on Python 3.11, asyncio.wait_for (in _terminate, when the loop is
-        # stopping a pod) swallows a cancellation that lands as the process exits.
-        while not self._loop.done():
-            self._loop.cancel()
-            await asyncio.wait([self._loop], timeout=1)
-        if not self._loop.cancelled() and (error := self._loop.exception()) is not None:
-            raise error
+        await cancelled(self._loop)
         for pod in list(self.pods.values()):
             await self._terminate(pod)
         for task in list(self._tasks):

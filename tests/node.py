@@ -113,9 +113,7 @@ class Node:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._loop is not None
-        self._loop.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._loop
+        await cancelled(self._loop)
         await asyncio.gather(*(self._stop(pod) for pod in list(self.pods.values())))
         for pod in await self.api.items(f"/api/v1/pods?fieldSelector=spec.nodeName={self.name}"):
             meta = pod["metadata"]  # the node is going away, and its pods with it
@@ -559,6 +557,17 @@ class Node:
                 if host in known:
                     return known[host]
                 await asyncio.sleep(0.1)
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel a task until it is done, and raise what it failed with: on Python 3.11,
+    asyncio.wait_for (stopping a pod's process) swallows a cancellation that lands as the
+    process exits, and the task would run on."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=1)
+    if not task.cancelled() and (error := task.exception()) is not None:
+        raise error
 
 
 def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
