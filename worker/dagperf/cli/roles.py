@@ -231,6 +231,7 @@ class ProfileFlags:
 
 
 def checked_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ProfileFlags:
+    """The flags that need no dataset, each checked (a bad one is a usage error)."""
     from dagperf.local_processes import Launch
 
     endpoint = endpoint_fields(parser, args)
