@@ -83,13 +83,12 @@ class EdgeList:
         first ones by), children numbered; a child no line declares is numbered -1 and named in
         `undeclared`. Children a pass did not find among its own sessions are looked up again
         in `ids`, the whole file's."""
-        children = self.children
-        numbers = np.frombuffer(self.numbers, np.int64)
-        missing = np.flatnonzero(numbers < 0)
-        if len(missing):
-            numbers = numbers.copy()
-            numbers[missing] = _numbered([children[i] for i in missing.tolist()], ids)
-        numbers = np.concatenate((numbers, _numbered(children[len(numbers) :], ids)))
+        children, numbered = self.children, len(self.numbers)
+        numbers = np.concatenate(
+            (np.frombuffer(self.numbers, np.int64), _numbered(children[numbered:], ids))
+        )
+        again = np.flatnonzero(numbers[:numbered] < 0)
+        numbers[again] = _numbered([children[i] for i in again.tolist()], ids)
         parents = np.frombuffer(self.parents, np.int64)
         kinds, turns = np.frombuffer(self.kinds, np.int8), np.frombuffer(self.turns, np.int64)
         if (parents[1:] < parents[:-1]).any():  # bulk-filed lines came before their block's
