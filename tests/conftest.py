@@ -8,6 +8,7 @@ import ctypes
 import pytest
 
 from control_plane import ControlPlane
+from engine_stack import Engines
 
 
 @pytest.fixture(scope="session")
@@ -21,10 +22,28 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory):
         plane.down()
 
 
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory: pytest.TempPathFactory):
+    """Three llama-servers on loopback, one request slot each, serving a tiny random-weight
+    llama written for this session, each behind a relay that logs what it received
+    (tests/engines/up.sh); stopped by down.sh at the end of the session."""
+    stack = Engines.up(tmp_path_factory.mktemp("engines"), 3)
+    try:
+        yield stack
+    finally:
+        stack.down()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The cluster tests last: the control plane then runs only while they do, not beside the
-    rest of the suite (some of which measures timing)."""
-    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)
+    """The engine tests, then the cluster tests, last: the engines and the control plane then
+    run only while their tests do, not beside the rest of the suite (some of which measures
+    timing)."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("cluster") is not None,
+            item.get_closest_marker("engine") is not None,
+        )
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
