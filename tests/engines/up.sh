@@ -23,6 +23,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=/dev/null  # start, wait_ready
+. "$HERE/../processes.sh"
 DIR="${DAGPERF_ENGINES_DIR:-${TMPDIR:-/tmp}/dagperf-engines}"
 COUNT="${1:?usage: up.sh N [LLAMA_SERVER_FLAG...]}"
 shift
@@ -30,10 +32,18 @@ SLOTS="${ENGINE_SLOTS:-1}"
 CONTEXT="${ENGINE_CONTEXT:-4096}"
 THREADS="${ENGINE_THREADS:-1}"
 PYTHON="${PYTHON:-python3}"
+case "$PYTHON" in  # a path that still holds after the cd below (a venv's python stays itself)
+  /*) ;;
+  */*) PYTHON="$PWD/$PYTHON" ;;
+  *) PYTHON="$(command -v "$PYTHON" || echo "$PYTHON")" ;;
+esac
 [[ "$COUNT" =~ ^[1-9][0-9]*$ ]] || { echo "up.sh: N must be a positive number, not '$COUNT'" >&2; exit 2; }
+"$PYTHON" -c 'import aiohttp, gguf' 2> /dev/null \
+  || { echo "up.sh: $PYTHON lacks aiohttp or gguf (pip install -e \".[test]\", or set PYTHON)" >&2; exit 1; }
 BIN="$("$HERE/build.sh" | tail -1)"
 
 "$HERE/down.sh" > /dev/null  # engines left behind in this directory go first
+trap '[ $? -eq 0 ] || "$HERE/down.sh" > /dev/null' EXIT  # none left behind by a failed start
 mkdir -p "$DIR"
 chmod 700 "$DIR"
 cd "$DIR"
@@ -44,30 +54,6 @@ MODEL="${DAGPERF_ENGINE_MODEL:-$DIR/tiny-llama.gguf}"
 
 free_port() {
   "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-start() { # start NAME COMMAND...: in the background, in a process group of its own, logged
-  local name=$1
-  shift
-  setsid "$@" > "$name.log" 2>&1 < /dev/null &
-  echo $! > "$name.pid"
-}
-
-wait_ready() { # wait_ready NAME URL: until URL answers 200, or NAME has exited
-  local state
-  for _ in $(seq 1 1200); do
-    curl -sf "$2" > /dev/null && return 0
-    state="$(sed 's/.*) //' "/proc/$(cat "$1.pid")/stat" 2> /dev/null | cut -d' ' -f1)"
-    if [ -z "$state" ] || [ "$state" = Z ]; then  # exited (a zombie until this shell waits)
-      echo "up.sh: $1 exited; the end of $DIR/$1.log:" >&2
-      tail -20 "$1.log" >&2
-      exit 1
-    fi
-    sleep 0.1
-  done
-  echo "up.sh: $1 did not answer $2 in 120 s; the end of $DIR/$1.log:" >&2
-  tail -20 "$1.log" >&2
-  exit 1
 }
 
 for i in $(seq 0 $((COUNT - 1))); do
@@ -86,8 +72,8 @@ for i in $(seq 0 $((COUNT - 1))); do
 done
 i=0
 while read -r url; do
-  wait_ready "engine-$i" "$url/health"
-  wait_ready "relay-$i" "$(sed -n "$((i + 1))p" relay-urls)/health"
+  wait_ready "engine-$i" curl -sf "$url/health"
+  wait_ready "relay-$i" curl -sf "$(sed -n "$((i + 1))p" relay-urls)/health"
   i=$((i + 1))
 done < engine-urls
 
