@@ -101,10 +101,11 @@ class Engines:
                 served[request_id] = line["engine"]
         return served
 
-    def counters(self) -> Counter[str]:
-        """The engines' own llamacpp: counters, summed over the engines."""
+    def counters(self, *engines: int) -> Counter[str]:
+        """The engines' own llamacpp: counters, summed over these engines (default: all)."""
         total: Counter[str] = Counter()
-        for url in self.metrics_urls:
+        urls = self.metrics_urls
+        for url in [urls[i] for i in engines] if engines else urls:
             for name, value in scrape(url).items():
                 if name.startswith("llamacpp:") and name.endswith("_total"):
                     total[name] += value
