@@ -11,7 +11,8 @@ with the `timings` llama-server put in the answer (the relay logs them by X-Requ
   stream adds per token (server-side detokenizing and SSE framing, the network, dagperf's
   reading).
 
-Prints the distributions and the gaps (p50 / p90). No assertion: figures only.
+Prints the distributions and the gaps (p50 / p90), and what the relay's hop costs on its own
+(GET /health through it against straight to the engine). No assertion: figures only.
 
     python bench/engine_clock.py [--requests 24] [--prompt-chars 800] [--max-tokens 32]
 """
@@ -26,6 +27,8 @@ import string
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,22 @@ def pairs(run: Path, timings: dict[str, dict[str, Any]]) -> list[tuple[float, fl
     return out
 
 
+def relay_hop_ms(engine: str, relay: str, rounds: int = 50) -> float:
+    """The median extra time of GET /health through the relay, against straight to the
+    engine."""
+
+    def median_ms(url: str) -> float:
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            with urllib.request.urlopen(url + "/health", timeout=30) as response:
+                response.read()
+            times.append(1000 * (time.perf_counter() - start))
+        return float(np.median(times))
+
+    return median_ms(relay) - median_ms(engine)
+
+
 def show(name: str, values: np.ndarray) -> str:
     p50, p90 = np.nanpercentile(values, [50, 90])
     return f"  {name:<42} p50 {p50:8.2f} ms   p90 {p90:8.2f} ms"
@@ -109,6 +128,7 @@ def main() -> None:
         engines = Path(up.stdout.split()[-1])
         try:
             relay = (engines / "relay-urls").read_text().split()[0]
+            engine = (engines / "engine-urls").read_text().split()[0]
             data = dataset(
                 work / "clock.dag.jsonl", args.requests, args.prompt_chars, args.max_tokens
             )
@@ -118,6 +138,7 @@ def main() -> None:
             command += ["--concurrency", str(args.concurrency), "--extra-inputs", "ignore_eos:true"]
             subprocess.run(command, check=True, capture_output=True)
             found = pairs(run, engine_timings(engines))
+            hop = relay_hop_ms(engine, relay)
         finally:
             subprocess.run([str(SCRIPTS / "down.sh")], env=env, capture_output=True, check=False)
     if not found:
@@ -134,6 +155,7 @@ def main() -> None:
     print(show("dagperf ITL", itl))
     print(show("llama.cpp predicted_per_token_ms", per_token))
     print(show("gap: ITL - predicted_per_token_ms", itl - per_token))
+    print(f"  the relay's own hop (GET /health, median)   {hop:8.2f} ms")
 
 
 if __name__ == "__main__":
