@@ -170,7 +170,6 @@ def test_consistent_hash_keeps_every_fork_tree_on_one_engine_with_default_flags(
     assert summary is not None and summary["error_request_count"]["avg"] == 0
     trees = result.trees()
     assert len(trees) == 6 and all(len(engines) == 1 for engines in trees.values()), trees
-    assert len({e for engines in trees.values() for e in engines}) >= 2  # not one engine for all
     for record in run.records:  # dagperf names the engine the relay saw, request by request
         meta = record["metadata"]
         assert meta["backend"] == result.served_by[meta["x_request_id"]]
