@@ -160,7 +160,28 @@ def dag_tables(run: Run) -> list[tuple[str, str]]:
                 table(("", "p50 ms", "p99 ms", "Cached prompt %"), rows),
             )
         )
+    reuse = fork_reuse(run)
+    if reuse is not None:
+        out.append(("FORK-child prefix reuse", reuse))
     return out
+
+
+def fork_reuse(run: Run) -> str | None:
+    """Of the FORK children's first prompts, the share the server reported cached."""
+    reuse = run.summary.get("fork_reuse")
+    if not isinstance(reuse, dict) or not reuse.get("requests"):
+        return None
+    share = reuse.get("share")
+    tree = reuse.get("per_tree") or {}
+    rows = [
+        ("FORK children's first requests", reuse.get("requests")),
+        ("cached share of their prompt tokens %", None if share is None else 100 * share),
+        ("cached / prompt tokens", f"{reuse.get('cached_tokens')} / {reuse.get('prompt_tokens')}"),
+        ("trees", tree.get("trees")),
+        *((f"per tree {k} %", 100 * tree[k]) for k in ("p50", "min") if k in tree),
+        ("replies without a cached count", reuse.get("unreported")),
+    ]
+    return table(("Prefix reuse", "Value"), rows)
 
 
 def branch_stats(run: Run) -> str | None:
@@ -174,6 +195,15 @@ def locality(run: Run) -> str | None:
     loc = run.summary.get("backend_locality")
     if not isinstance(loc, dict) or not loc.get("trees"):
         return None
+    if loc.get("trees_on_one_backend") is None:  # no response said which backend served it
+        rows = [
+            ("attributed by", "unknown"),
+            ("FORK trees", loc.get("trees")),
+            ("trees on one backend", "unknown"),
+            ("how to know", loc.get("reason")),
+            *((f"requests answered by {a}", n) for a, n in (loc.get("by_address") or {}).items()),
+        ]
+        return table(("Backend locality", "Value"), rows)
     rows = [
         ("attributed by", loc.get("method")),
         ("FORK trees", loc.get("trees")),

@@ -63,7 +63,8 @@ class Scheduler:
         self._outbox = Outbox(endpoint)
         e = endpoint
         self._settings = protocol.WorkerSettings(
-            e.endpoint_type, e.streaming, e.request_timeout_seconds, e.session_affinity_header,
+            e.endpoint_type, e.streaming, e.request_timeout_seconds,
+            tuple(e.session_affinity_headers),
             options.tokenizer_json, tuple(e.backend_headers),
         )  # fmt: skip
         self._interrupted = False
