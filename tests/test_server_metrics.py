@@ -130,6 +130,10 @@ async def test_two_backends_scraped_during_a_run_report_their_own_cache(tmp_path
             (hits[-1] - hits[0]) / (queries[-1] - queries[0])
         )
         assert f'vllm:prefix_cache_hits_total{{model_name="dagperf-sim"}} {hits[-1]}' in exposition
+        prompt = series(mine, "vllm:prompt_tokens_total")
+        assert report[url]["prompt_tokens"] == prompt[-1] - prompt[0]
+        assert report[url]["cached_prompt_tokens"] == hits[-1] - hits[0]
+        assert f"Server {url}: cached " in run.stdout  # the console says what each counted
         assert mine[-1]["timestamp_ns"] >= max(r["metadata"]["request_end_ns"] for r in run.records)
     last = {url: max(s["timestamp_ns"] for s in samples if s["url"] == url) for url in urls}
     served = sum(

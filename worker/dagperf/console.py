@@ -115,6 +115,7 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
     lines.extend(_session_lines(document))
     lines.extend(_locality_lines(document.get("backend_locality")))
     lines.extend(_reuse_lines(document.get("fork_reuse")))
+    lines.extend(_server_lines(document.get("server_metrics")))
     branch = document.get("branch_stats") or {}
     if branch.get("children_spawned") or branch.get("parents_suspended"):
         lines.append("BranchStats: " + ", ".join(f"{k} {v}" for k, v in branch.items()))
@@ -224,6 +225,34 @@ def _reuse_lines(reuse: dict[str, Any] | None) -> list[str]:
     if reuse["unreported"]:
         text += f"; {reuse['unreported']} without a cached count"
     return [text + ")"]
+
+
+MAX_SERVER_LINES = 8  # a line per scraped backend, then a count of the rest
+
+
+def _server_lines(metrics: dict[str, Any] | None) -> list[str]:
+    """What each scraped backend counted itself: its prompt cache and its queue."""
+    by_url = (metrics or {}).get("by_url") or {}
+    lines = []
+    for url, entry in list(by_url.items())[:MAX_SERVER_LINES]:
+        parts = []
+        if entry.get("cached_prompt_share") is not None:
+            parts.append(
+                f"cached {100 * entry['cached_prompt_share']:.0f}% of "
+                f"{entry['prompt_tokens']:,.0f} prompt tokens"
+            )
+        for name, key, label in (
+            ("requests_running", "avg", "running avg"),
+            ("requests_waiting", "max", "waiting max"),
+        ):
+            if name in entry:
+                parts.append(f"{label} {_number(entry[name][key])}")
+        if entry.get("failures"):
+            parts.append(f"{entry['failures']} failed scrapes")
+        lines.append(f"Server {url}: " + (", ".join(parts) or "no known figures"))
+    if len(by_url) > MAX_SERVER_LINES:
+        lines.append(f"  ... and {len(by_url) - MAX_SERVER_LINES} more in server_metrics")
+    return lines
 
 
 def _duration(seconds: float) -> str:

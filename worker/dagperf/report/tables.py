@@ -222,6 +222,44 @@ def locality(run: Run) -> str | None:
     return table(("Backend locality", "Value"), rows)
 
 
+def server_metrics(run: Run) -> str | None:
+    """Each scraped backend's own figures: the engine's view beside the replies'."""
+    by_url = (run.summary.get("server_metrics") or {}).get("by_url")
+    if not isinstance(by_url, dict) or not by_url:
+        return None
+
+    def gauge(entry: dict[str, Any], name: str, key: str) -> Any:
+        return (entry.get(name) or {}).get(key)
+
+    rows = [
+        (
+            url,
+            entry.get("scrapes"),
+            entry.get("prompt_tokens"),
+            entry.get("cached_prompt_tokens"),
+            None
+            if entry.get("cached_prompt_share") is None
+            else 100 * entry["cached_prompt_share"],
+            gauge(entry, "requests_running", "avg"),
+            gauge(entry, "requests_waiting", "max"),
+            gauge(entry, "kv_cache_usage", "max"),
+        )
+        for url, entry in by_url.items()
+        if isinstance(entry, dict)
+    ]
+    headers = (
+        "Server metrics URL",
+        "Scrapes",
+        "Prompt tokens",
+        "Cached",
+        "Cached %",
+        "Running avg",
+        "Waiting max",
+        "KV cache max",
+    )
+    return table(headers, rows)
+
+
 def errors(run: Run) -> str:
     rows = [
         (
