@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dagperf.config import EndpointConfig
 from dagperf.exports.server_metrics import ScrapeTargets
 from dagperf.keys import SchedulerKeys
+from dagperf.transport import protocol
 
 
 class SchedulerError(Exception):
@@ -34,3 +36,18 @@ class SchedulerOptions:
     max_error_rate: float = 1.0
     slice_duration_s: float | None = None  # timeslice exports, after the run
     scrape: ScrapeTargets | None = None  # the servers' own metrics, during the run
+
+
+def worker_settings(
+    endpoint: EndpointConfig, tokenizer_json: str | None
+) -> protocol.WorkerSettings:
+    """How the workers send requests, from the run's endpoint; never where to or with which
+    key (each worker has those in its own configuration)."""
+    return protocol.WorkerSettings(
+        endpoint_type=endpoint.endpoint_type,
+        streaming=endpoint.streaming,
+        timeout_s=endpoint.request_timeout_seconds,
+        affinity_headers=tuple(endpoint.session_affinity_headers),
+        tokenizer_json=tokenizer_json,
+        backend_headers=tuple(endpoint.backend_headers),
+    )

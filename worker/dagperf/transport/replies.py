@@ -2,8 +2,10 @@
 
 Stream chunks and whole bodies of both APIs decode into one tolerant shape (unknown fields are
 ignored; `reasoning_content` and `reasoning` both count as reasoning), straight from bytes with
-msgspec. Errors come as `{"error": {...}}` (OpenAI) or `{"object": "error", ...}` (vLLM), inside
-a stream or as the body of a failed response.
+msgspec. Cached prompt tokens come from `usage.prompt_tokens_details.cached_tokens` (OpenAI,
+vLLM, SGLang, llama.cpp) or, where a server reports them only there, from llama.cpp's own
+`timings.cache_n`. Errors come as `{"error": {...}}` (OpenAI) or `{"object": "error", ...}`
+(vLLM), inside a stream or as the body of a failed response.
 """
 
 from __future__ import annotations
@@ -36,9 +38,16 @@ class Usage(msgspec.Struct):
     completion_tokens_details: dict[str, Any] | None = None
 
 
+class _Timings(msgspec.Struct):
+    """llama.cpp's per-request figures (in the last chunk, or the body)."""
+
+    cache_n: int | None = None
+
+
 class _Body(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: Usage | None = None
+    timings: _Timings | None = None
     error: Any = None
     object: str | None = None
     message: str | None = None
@@ -83,7 +92,16 @@ def server_error(body: _Body) -> ServerError:
 class Reply:
     """Everything one request got back, accumulated chunk by chunk or from one body."""
 
-    __slots__ = ("_body", "_chunk", "completion", "content", "reasoning", "tool_calls", "usage")
+    __slots__ = (
+        "_body",
+        "_chunk",
+        "cache_n",
+        "completion",
+        "content",
+        "reasoning",
+        "tool_calls",
+        "usage",
+    )
 
     def __init__(
         self,
@@ -98,6 +116,7 @@ class Reply:
         self.reasoning: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.usage: Usage | None = None
+        self.cache_n: int | None = None  # llama.cpp's count of prompt tokens from its cache
         self.completion = False  # a choice or a usage block arrived: this is a completion
 
     def add_chunk(self, raw: bytes) -> bool:
@@ -109,6 +128,8 @@ class Reply:
             self.completion = True
         if body.usage is not None:
             self.usage = body.usage
+        if body.timings is not None:
+            self.cache_n = body.timings.cache_n
         output = False
         for choice in body.choices or ():
             delta = choice.delta
@@ -137,6 +158,8 @@ class Reply:
         body = decode(raw)
         self.completion = bool(body.choices) or body.usage is not None
         self.usage = body.usage
+        if body.timings is not None:
+            self.cache_n = body.timings.cache_n
         for choice in (body.choices or [])[:1]:
             message = choice.message
             if message is None:
@@ -178,13 +201,13 @@ class Reply:
         """Server-reported token counts, by metric name, where the server gave them."""
         usage = self.usage
         if usage is None:
-            return {}
+            return {} if self.cache_n is None else {"usage_prompt_cache_read_tokens": self.cache_n}
         out = {}
         if usage.prompt_tokens is not None:
             out["usage_prompt_tokens"] = usage.prompt_tokens
         if usage.completion_tokens is not None:
             out["usage_completion_tokens"] = usage.completion_tokens
-        cached = (usage.prompt_tokens_details or {}).get("cached_tokens")
+        cached = (usage.prompt_tokens_details or {}).get("cached_tokens", self.cache_n)
         if isinstance(cached, int):
             out["usage_prompt_cache_read_tokens"] = cached
         reasoning = (usage.completion_tokens_details or {}).get("reasoning_tokens")
