@@ -54,14 +54,22 @@ def dataset(path: Path, requests: int, prompt_chars: int, max_tokens: int) -> Pa
     return path
 
 
-def engine_timings(directory: Path) -> dict[str, dict[str, Any]]:
-    """X-Request-ID -> llama.cpp's timings, from the relay's log."""
-    found = {}
-    for text in (directory / "engine-0.requests.jsonl").read_text().splitlines():
-        line = json.loads(text)
-        if line["event"] == "answered" and line["timings"] and line["request_id"]:
-            found[line["request_id"]] = line["timings"]
-    return found
+def engine_timings(directory: Path, run: Path, timeout: float = 30) -> dict[str, dict[str, Any]]:
+    """X-Request-ID -> llama.cpp's timings, from the relay's log, once it has a line for every
+    request of the run (the relay writes it after the answer's end, which a client may have
+    taken as done a moment before)."""
+    records = (run / "profile_export.jsonl").read_text().splitlines()
+    wanted = {json.loads(text)["metadata"]["x_request_id"] for text in records}
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {}
+        for text in (directory / "engine-0.requests.jsonl").read_text().splitlines():
+            line = json.loads(text)
+            if line["event"] == "answered" and line["timings"] and line["request_id"]:
+                found[line["request_id"]] = line["timings"]
+        if wanted <= found.keys() or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def pairs(run: Path, timings: dict[str, dict[str, Any]]) -> list[tuple[float, float, float, float]]:
@@ -70,7 +78,9 @@ def pairs(run: Path, timings: dict[str, dict[str, Any]]) -> list[tuple[float, fl
     for text in (run / "profile_export.jsonl").read_text().splitlines():
         record = json.loads(text)
         metrics, t = record["metrics"], timings.get(record["metadata"]["x_request_id"])
-        if t is None or "time_to_first_token" not in metrics:
+        if record["error"] or t is None or "time_to_first_token" not in metrics:
+            reason = record["error"] or ("no engine timings" if t is None else "no TTFT")
+            print(f"left out {record['metadata']['x_request_id']}: {reason}", file=sys.stderr)
             continue
         itl = metrics.get("inter_token_latency", {}).get("value", float("nan"))
         out.append(
@@ -137,7 +147,7 @@ def main() -> None:
             command += ["--url", relay, "--streaming", "--artifact-dir", str(run), "--quiet"]
             command += ["--concurrency", str(args.concurrency), "--extra-inputs", "ignore_eos:true"]
             subprocess.run(command, check=True, capture_output=True)
-            found = pairs(run, engine_timings(engines))
+            found = pairs(run, engine_timings(engines, run))
             hop = relay_hop_ms(engine, relay)
         finally:
             subprocess.run([str(SCRIPTS / "down.sh")], env=env, capture_output=True, check=False)

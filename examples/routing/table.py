@@ -38,6 +38,7 @@ def rows(summary: dict[str, Any], run: Path) -> dict[str, str]:
     locality = summary.get("backend_locality") or {}
     dag = summary["dag_report"]
     fork = dag["by_branch_mode"].get("fork", {})
+    reuse = summary.get("fork_reuse") or {}
     siblings = dag["fork_siblings"]
     ttft = summary.get("time_to_first_token", {})
     engines = engines_cached(run)
@@ -49,7 +50,10 @@ def rows(summary: dict[str, Any], run: Path) -> dict[str, str]:
         ),
         "FORK trees on one engine": f"{on_one} of {locality.get('trees', '-')}",
         "requests off their tree's home": str(locality.get("requests_off_home_backend", "-")),
-        "FORK children's prompt tokens cached": percent(fork.get("cached_token_share")),
+        "FORK children's first requests: prompt cached (tree min)": (
+            f"{percent(reuse.get('share'))} ({percent(reuse.get('per_tree', {}).get('min'))})"
+        ),
+        "all FORK requests: prompt cached": percent(fork.get("cached_token_share")),
         "first sibling / later siblings cached": (
             f"{percent(siblings.get('first_cached_share'))} / "
             f"{percent(siblings.get('others_cached_share'))}"
@@ -59,6 +63,10 @@ def rows(summary: dict[str, Any], run: Path) -> dict[str, str]:
         "TTFT avg, later requests away": ms(locality.get("off_home_backend_ms")),
         "requests per engine": " / ".join(
             str(n) for _, n in sorted(locality.get("by_backend", {}).items())
+        ),
+        "each engine's cached share (its /metrics)": " / ".join(
+            percent(m.get("cached_prompt_share"))
+            for m in summary.get("server_metrics", {}).get("by_url", {}).values()
         ),
         "cached tokens: dagperf / engines' /metrics": (
             f"{reported:.0f} / {'-' if engines is None else f'{engines:.0f}'}"

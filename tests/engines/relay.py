@@ -9,7 +9,8 @@ name, the path and the request's headers (minus credentials). That line is there
 before any reply reaches the client, so reading the log after a run has ended cannot miss a
 request. Once the answer has been passed on, a second line (`"event": "answered"`) carries
 llama.cpp's own `timings` from the answer (the body, or the last streamed event that has them),
-for comparing a client's clock with the engine's (bench/engine_clock.py).
+for comparing a client's clock with the engine's (bench/engine_clock.py), and whether all of
+it reached the client.
 
     python tests/engines/relay.py --port 8101 --target http://127.0.0.1:8001 \
         --name engine-0 --log engine-0.requests.jsonl
@@ -64,7 +65,12 @@ class Relay:
 
     async def start(self, app: web.Application) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-        self.session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        # A connection per request: llama-server closes one idle for 5 s, and a pooled one it
+        # closed would fail the next request (a 500 the client would count as the engine's).
+        connector = aiohttp.TCPConnector(force_close=True)
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, auto_decompress=False
+        )
 
     async def stop(self, app: web.Application) -> None:
         if self.session is not None:
@@ -95,16 +101,32 @@ class Relay:
                     response.headers.add(key, value)
             response.headers[self.header] = self.name
             await response.prepare(request)
-            tail = b""
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-                tail = (tail + chunk)[-TAIL_BYTES:]
-            await response.write_eof()
+            tail, delivered = await self._pass_on(upstream, response)
         if logged:
             request_id = request.headers.get("x-request-id")
-            answer = {"status": upstream.status, "timings": timings(tail)}
+            answer = {"status": upstream.status, "delivered": delivered, "timings": timings(tail)}
             self._write({"event": "answered", "request_id": request_id} | answer)
         return response
+
+    async def _pass_on(
+        self, upstream: aiohttp.ClientResponse, response: web.StreamResponse
+    ) -> tuple[bytes, bool]:
+        """Stream the answer on, and its end back: a client may hang up once it has read its
+        last event, before the engine's last bytes, so those are read (not sent) all the same."""
+        tail, delivered = b"", True
+        async for chunk in upstream.content.iter_any():
+            tail = (tail + chunk)[-TAIL_BYTES:]
+            if delivered:
+                try:
+                    await response.write(chunk)
+                except ConnectionError:
+                    delivered = False
+        if delivered:
+            try:
+                await response.write_eof()
+            except ConnectionError:
+                delivered = False
+        return tail, delivered
 
 
 def main() -> None:
