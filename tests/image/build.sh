@@ -119,6 +119,11 @@ nice -n 10 podman build --pull=never --network host --layers "${mounts[@]}" "${b
   --tag "$image" --file "$REPO/Dockerfile" "$REPO" > "$log" 2>&1 \
   || { tail -40 "$log" >&2; die "podman build failed (the whole log: $log)"; }
 say "built in $((SECONDS - started)) s"
+# The image this build replaced under the same name, now untagged, goes (the build's cached
+# layers stay: they carry no label).
+mapfile -t superseded < <(podman images --quiet --filter dangling=true \
+  --filter label=org.opencontainers.image.title=dagperf)
+[ ${#superseded[@]} -eq 0 ] || podman rmi --force "${superseded[@]}" > /dev/null 2>&1 || true
 
 # --- beside it: the SBOM and what was built from what ----------------------------------------
 mkdir -p "$OUT"
@@ -133,13 +138,20 @@ if [ ! -d "$sbom_tool/cyclonedx_py" ]; then
     --platform "manylinux2014_$(uname -m)" --platform any "cyclonedx-bom>=7"
   rm -rf "$sbom_tool" && mv "$sbom_tool.part" "$sbom_tool"
 fi
-podman run --rm --pull=never --network none --read-only --cap-drop ALL \
-  --volume "$sbom_tool:/sbom-tool:ro" --env SOURCE_DATE_EPOCH="$(date -d "${created/unknown/now}" +%s)" "$image" \
-  python -c 'import runpy, sys; sys.path.insert(0, "/sbom-tool"); runpy.run_module("cyclonedx_py", run_name="__main__")' \
-  environment --output-reproducible --of JSON /opt/venv > "$OUT/sbom.cdx.json.part"
-mv "$OUT/sbom.cdx.json.part" "$OUT/sbom.cdx.json"
-
 image_id=$(podman image inspect --format '{{.Id}}' "$image")
+sbom="$CACHE/sboms/$image_id.cdx.json" # one per image: an unchanged image keeps its SBOM
+if [ ! -s "$sbom" ]; then
+  mkdir -p "$CACHE/sboms"
+  podman run --rm --pull=never --network none --read-only --cap-drop ALL \
+    --volume "$sbom_tool:/sbom-tool:ro" --env SOURCE_DATE_EPOCH="$(date -d "${created/unknown/now}" +%s)" "$image" \
+    python -c 'import runpy, sys; sys.path.insert(0, "/sbom-tool"); runpy.run_module("cyclonedx_py", run_name="__main__")' \
+    environment --no-validate --output-reproducible --of JSON /opt/venv > "$sbom.part" 2> "$CACHE/last-sbom.log" \
+    || { cat "$CACHE/last-sbom.log" >&2; die "the SBOM could not be made"; }
+  mv "$sbom.part" "$sbom"
+fi
+find "$CACHE/sboms" -type f ! -name "$image_id.cdx.json" -delete
+cp "$sbom" "$OUT/sbom.cdx.json"
+
 size=$(podman image inspect --format '{{.Size}}' "$image")
 {
   echo "image: localhost/$image"
