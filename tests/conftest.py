@@ -4,9 +4,11 @@ subreaper of everything it starts."""
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 import pytest
 
+import image_runtime
 from control_plane import ControlPlane
 
 
@@ -19,6 +21,19 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory):
         yield plane
     finally:
         plane.down()
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's image, built by tests/image/build.sh (or found unchanged in podman's layer
+    cache) once a session; the directory of its SBOM and build record."""
+    output = tmp_path_factory.mktemp("image")
+    build = image_runtime.build(output)
+    assert build.returncode == 0, build.stdout + build.stderr
+    name, size = build.stdout.splitlines()[-2:]
+    assert name == f"image: localhost/{image_runtime.image_name()}"
+    assert size.startswith("size: ") and size.endswith(" bytes)")
+    return output
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -122,6 +122,8 @@ class Node:
         network = 10 + os.getpid() % 240
         self._addresses = (f"127.{network}.{n // 250}.{n % 250 + 1}" for n in itertools.count())
         self._loop: asyncio.Task | None = None
+        self._api_service: asyncio.Server | None = None  # containers mode: see _serve_api
+        self._fixed_hosts: dict[str, str] = {}
 
     def claim(self, name: str) -> Path:
         """The directory standing in for a PersistentVolumeClaim."""
@@ -143,6 +145,8 @@ class Node:
     async def __aenter__(self) -> Node:
         self.hosts.parent.mkdir(parents=True, exist_ok=True)
         self.hosts.write_text("{}")
+        if self.containers:
+            await self._serve_api()
         await self._register()
         self._loop = asyncio.create_task(self._run())
         return self
@@ -151,6 +155,8 @@ class Node:
         assert self._loop is not None
         await cancelled(self._loop)
         await asyncio.gather(*(self._stop(pod) for pod in list(self.pods.values())))
+        if self._api_service is not None:
+            self._api_service.close()
         if self.containers:  # any a failure left behind
             mine = f"--filter=label=dagperf-test-node={self.name}"
             left = image_runtime.podman("ps", "--all", "--quiet", mine).stdout.split()
@@ -232,8 +238,33 @@ class Node:
             },
         )  # fmt: skip  (a conflict means it is bound already; the next sync sees it)
 
+    async def _serve_api(self) -> None:
+        """The `kubernetes` Service as kube-proxy serves it, for in-cluster clients that use its
+        name (kopf's service-account login: https://kubernetes.default.svc): its port 443 on an
+        address of its own, relayed to the API server (whose certificate names the Service)."""
+        api = urlsplit(self.plane.url)
+
+        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            upstream_reader, upstream_writer = await asyncio.open_connection(api.hostname, api.port)
+
+            async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+                with contextlib.suppress(ConnectionError):
+                    while data := await source.read(65536):
+                        sink.write(data)
+                        await sink.drain()
+                sink.close()
+
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+        address = next(self._addresses)
+        self._api_service = await asyncio.start_server(relay, address, 443)
+        self._fixed_hosts = {
+            "kubernetes.default.svc": address,
+            "kubernetes.default.svc.cluster.local": address,
+        }
+
     async def _publish(self, pods: list[dict[str, Any]]) -> None:
-        hosts: dict[str, str] = {}
+        hosts: dict[str, str] = dict(self._fixed_hosts)
         for service in await self.api.items("/api/v1/services"):
             meta = service["metadata"]
             if (ip := self._backing(service, pods)) is not None:

@@ -39,25 +39,12 @@ LOCKED_DOWN = [
 ]
 
 
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/image/build.sh's output directory (the SBOM and the build record): the image is
-    built, or found unchanged in podman's layer cache, once a session."""
-    output = tmp_path_factory.mktemp("image")
-    build = image_runtime.build(output)
-    assert build.returncode == 0, build.stdout + build.stderr
-    name, size = build.stdout.splitlines()[-2:]
-    assert name == f"image: localhost/{image_runtime.image_name()}"
-    assert size.startswith("size: ") and size.endswith(" bytes)")
-    return output
-
-
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """The image run locked down, as benchmark pods run it."""
     return podman("run", "--rm", "--pull=never", *LOCKED_DOWN, *args, timeout=timeout)
 
 
-def test_profile_runs_on_the_built_in_simulator_as_a_pod_would(built, tmp_path):
+def test_profile_runs_on_the_built_in_simulator_as_a_pod_would(image, tmp_path):
     data, results = tmp_path / "data", tmp_path / "results"
     data.mkdir()
     (data / DATASET.name).write_bytes(DATASET.read_bytes())
@@ -83,13 +70,13 @@ ROLES = [["dagperf", "worker"], ["dagperf", "scheduler"], ["dagperf-operator"]]
 
 
 @pytest.mark.parametrize("command", [[*role, "--help"] for role in ROLES])
-def test_each_role_starts(built, command):
+def test_each_role_starts(image, command):
     started = run(image_runtime.image_name(), *command, timeout=120)
     assert started.returncode == 0, started.stderr
     assert started.stdout.startswith(f"usage: {command[0]}")
 
 
-def test_the_operator_starts_and_asks_for_a_cluster(built):
+def test_the_operator_starts_and_asks_for_a_cluster(image):
     """Past its imports (kopf, the kubernetes client) to its first question: where the cluster
     is. Outside a pod, with no kubeconfig, it says so and exits 2."""
     started = run(image_runtime.image_name(), "dagperf-operator", timeout=120)
@@ -98,7 +85,7 @@ def test_the_operator_starts_and_asks_for_a_cluster(built):
     assert "Traceback" not in started.stderr
 
 
-def test_it_runs_unprivileged_on_a_read_only_root(built):
+def test_it_runs_unprivileged_on_a_read_only_root(image):
     script = "id -u; id -g; grep CapEff /proc/self/status; touch /opt/venv/x || true; touch /tmp/x"
     probe = run(image_runtime.image_name(), "sh", "-c", script, timeout=120)
     assert probe.returncode == 0, probe.stderr
@@ -109,7 +96,7 @@ def test_it_runs_unprivileged_on_a_read_only_root(built):
 
 
 @pytest.fixture(scope="module")
-def files(built) -> Iterator[Path]:
+def files(image) -> Iterator[Path]:
     """The image's root filesystem, mounted read-only on the host for listing."""
     mounted = podman("image", "mount", image_runtime.image_name())
     assert mounted.returncode == 0, mounted.stderr
@@ -148,7 +135,7 @@ def test_bytecode_is_there_for_what_the_roles_import_and_only_that(files):
     assert not (site / "plotly" / "graph_objs" / "__pycache__").exists()
 
 
-def test_it_fits_its_size_budget(built):
+def test_it_fits_its_size_budget(image):
     size = int(podman("image", "inspect", "--format={{.Size}}", image_runtime.image_name()).stdout)
     assert size <= BUDGET_MB * 10**6, f"{size / 10**6:.0f} MB"
 
@@ -159,7 +146,7 @@ def git(*args: str) -> str:
     return found.stdout.strip()
 
 
-def test_its_labels_say_what_it_is_and_where_it_comes_from(built):
+def test_its_labels_say_what_it_is_and_where_it_comes_from(image):
     inspected = podman("image", "inspect", image_runtime.image_name())
     (image,) = json.loads(inspected.stdout)
     labels = image["Labels"]
@@ -173,14 +160,14 @@ def test_its_labels_say_what_it_is_and_where_it_comes_from(built):
     assert image["Config"]["User"] == f"{UID}:{UID}"
 
 
-def test_an_sbom_and_the_base_digest_are_written_beside_it(built):
-    sbom = json.loads((built / "sbom.cdx.json").read_text())
+def test_an_sbom_and_the_base_digest_are_written_beside_it(image):
+    sbom = json.loads((image / "sbom.cdx.json").read_text())
     assert sbom["bomFormat"] == "CycloneDX"
     components = {c["name"].lower(): c for c in sbom["components"]}
     assert components["dagperf"]["version"] == PYPROJECT["project"]["version"]
     assert components["kopf"]["purl"].startswith("pkg:pypi/kopf@")
     assert "pip" not in components and "setuptools" not in components
-    lines = (built / "build.txt").read_text().splitlines()
+    lines = (image / "build.txt").read_text().splitlines()
     record = dict(line.split(": ", 1) for line in lines if ": " in line)
     base = podman("image", "inspect", "--format={{.Digest}}", record["base"].split()[0])
     assert record["base digest"] == base.stdout.strip() and base.stdout.startswith("sha256:")
