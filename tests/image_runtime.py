@@ -25,10 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SH = ROOT / "tests" / "image" / "build.sh"
 CHART = ROOT / "charts" / "dagperf"
-ENV = {
-    "CONTAINERS_CONF": str(ROOT / "tests" / "image" / "containers.conf"),
-    "CONTAINERS_STORAGE_CONF": str(ROOT / "tests" / "image" / "storage.conf"),
-}
+ENV = {"CONTAINERS_CONF": str(ROOT / "tests" / "image" / "containers.conf")}
 QUANTITY = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
 

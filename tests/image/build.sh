@@ -16,9 +16,12 @@
 # - Beside it, in OUTPUT_DIR (default $CACHE/out): sbom.cdx.json, a CycloneDX SBOM of the
 #   image's Python packages written by the image's own interpreter, and build.txt: what was
 #   built from what (names, IDs, digests, labels).
-# Podman is set up for a machine without systemd by the two files beside this script (runc,
-# cgroupfs, events to a file, ulimits, the overlay store), through CONTAINERS_CONF and
-# CONTAINERS_STORAGE_CONF. podman, runc and mmdebstrap are installed with apt-get if missing.
+# Podman is set up for a machine without systemd by containers.conf beside this script (runc,
+# cgroupfs, events to a file, ulimits), through CONTAINERS_CONF; its store is root's default
+# (overlay in /var/lib/containers/storage: a storage.conf of its own, even one saying the same,
+# makes every `podman run` wait 20 s for its container's exit, as the cleanup podman runs after
+# a container reads the default). podman, runc and mmdebstrap are installed with apt-get if
+# missing.
 # Prints the image's name and size as its last two lines.
 #
 #   DAGPERF_IMAGE_CACHE   where the base and the SBOM tool are kept (default below)
@@ -28,7 +31,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 CACHE="${DAGPERF_IMAGE_CACHE:-$HOME/.cache/dagperf-image}"
 OUT="${1:-$CACHE/out}"
-export CONTAINERS_CONF="$HERE/containers.conf" CONTAINERS_STORAGE_CONF="$HERE/storage.conf"
+export CONTAINERS_CONF="$HERE/containers.conf"
 
 say() { echo "build.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -45,7 +48,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 say "podman $(podman version --format '{{.Client.Version}}'): runtime runc, cgroup manager" \
   "cgroupfs, events to a file, ulimits nofile/nproc 20000/32768 ($CONTAINERS_CONF);" \
-  "store: overlay in /var/lib/containers/storage ($CONTAINERS_STORAGE_CONF)"
+  "store: $(podman info --format '{{.Store.GraphDriverName}} in {{.Store.GraphRoot}}')"
 
 # --- the base ------------------------------------------------------------------------------
 SUITE=bookworm
@@ -105,6 +108,11 @@ fi
 build_args=(
   --build-arg "PYTHON_IMAGE=localhost/dagperf-base@$base_digest"
   --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "CREATED=$created"
+  # buildah (podman 4.3) reuses a cached LABEL step whose build arguments changed: the labels
+  # that change with each commit are set on the image as it is committed, too.
+  --label "org.opencontainers.image.version=$version"
+  --label "org.opencontainers.image.revision=$revision"
+  --label "org.opencontainers.image.created=$created"
 )
 # pip reaches the package index with this machine's CA bundle (it may hold a proxy's CA),
 # mounted for the build's steps only: the image keeps Debian's own.
