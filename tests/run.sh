@@ -41,7 +41,8 @@ echo "control plane binaries ready in $((SECONDS - started)) s"
 # with mmdebstrap and caches in ~/.cache/dagperf-image; podman's layer cache rebuilds only what
 # changed), which the `image` tests run as the cluster runs it.
 started=$SECONDS
-tests/image/build.sh | tail -2
+export DAGPERF_IMAGE_BUILT="$HOME/.cache/dagperf-image/out" # its SBOM and build record
+tests/image/build.sh "$DAGPERF_IMAGE_BUILT" | tail -2
 echo "image ready in $((SECONDS - started)) s"
 
 python -m pytest -q "$@"
