@@ -85,7 +85,7 @@ def run_arguments(
     image_id, user = image_config(container["image"])
     args = ["--rm", "--pull=never", "--network=host"]
     args += [f"--label={key}={value}" for key, value in labels.items()]
-    args += _security(spec.get("securityContext") or {}, container, user)
+    args += security_options(spec.get("securityContext") or {}, container, user)
     limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
     if limit is not None:
         args.append(f"--memory={quantity(limit)}")
@@ -100,7 +100,7 @@ def run_arguments(
     return [*args, container["image"], *command], image_id  # args only: the image's CMD, replaced
 
 
-def _security(pod: dict[str, Any], container: dict[str, Any], image_user: str) -> list[str]:
+def security_options(pod: dict[str, Any], container: dict[str, Any], image_user: str) -> list[str]:
     own = container.get("securityContext") or {}
     merged = {**pod, **own}  # the container's settings win over the pod's
     args = []

@@ -405,3 +405,60 @@ async def test_the_simulator_command_serves_its_probes_and_the_benchmark_model()
             process.terminate()  # SIGTERM, as the kubelet stops a pod
         returncode = await asyncio.wait_for(process.wait(), timeout=15)
     assert returncode == 0
+
+
+# --- a pod's security context, as the suite's node runs it with podman ---------------------------
+
+
+def test_a_benchmark_pods_security_context_becomes_podmans_options():
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": UID,
+        "runAsGroup": UID,
+        "fsGroup": UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = {
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    }
+    options = image_runtime.security_options(pod, container, image_user="")
+    assert options == [
+        f"--user={UID}:{UID}",
+        f"--group-add={UID}",
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--security-opt=no-new-privileges",
+        "--cap-drop=ALL",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("user", "image_user", "complaint"),
+    [
+        (0, "10001", "will run as root"),
+        (None, "root", "non-numeric user (root)"),
+        (None, "0:0", "will run as root"),
+    ],
+)
+def test_run_as_non_root_is_checked_as_the_kubelet_checks_it(user, image_user, complaint):
+    pod = {"runAsNonRoot": True} | ({"runAsUser": user} if user is not None else {})
+    with pytest.raises(image_runtime.ContainerConfigError, match=re.escape(complaint)):
+        image_runtime.security_options(pod, {}, image_user)
+    allowed = image_runtime.security_options(pod | {"runAsUser": UID}, {}, image_user)
+    assert allowed[0] == f"--user={UID}"
+
+
+def test_memory_limits_are_read_as_kubernetes_quantities():
+    assert [image_runtime.quantity(q) for q in ("512Mi", "1Gi", "1G", "1000")] == [
+        512 * 2**20,
+        2**30,
+        10**9,
+        1000,
+    ]
+    with pytest.raises(image_runtime.ContainerConfigError, match=re.escape("1.5Gi")):
+        image_runtime.quantity("1.5Gi")
