@@ -36,7 +36,9 @@ async def test_the_quick_start_runs_with_every_pod_a_container_of_the_image(
     async with control_plane.admin() as api:
         for name in (system, ns):
             await namespace(api, name)
-        node = Node(control_plane, api, tmp_path / "node", "node-images", {system, ns}, True)
+        node = Node(
+            control_plane, api, tmp_path / "node", "node-images", {system, ns}, containers=True
+        )
         async with node:
             settings = [
                 f"watchNamespaces={{{ns}}}",
