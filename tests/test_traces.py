@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from dagperf.dataset.loader import DatasetError
-from dagperf.dataset.mooncake import TraceDataset, load_mooncake_trace, read_mooncake_trace
+from dagperf.dataset.mooncake import load_mooncake_trace, read_mooncake_trace
+from dagperf.dataset.specs import TraceDataset
 from dagperf.dataset.text import text_tokens
 from dagperf.dataset.timed_sessions import load_timed_sessions, read_timed_sessions
 from dagperf.graph.model import Tree

@@ -35,8 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from dagperf.dataset.limits import ArrivalMs, OutputTokens, WaitMs
 from dagperf.dataset.loader import Problems, validated_lines
-from dagperf.dataset.mooncake import TraceDataset
-from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
+from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.runtime.gcpause import gc_paused
 
 MEDIA = ("image", "images", "image_uuids", "audio", "audios", "video", "videos")

@@ -38,13 +38,13 @@ from typing import Any
 from dagperf.dataset.aiperf_custom import LIMIT_FIELD
 from dagperf.dataset.conversations import Keys, turn_pairs
 from dagperf.dataset.loader import Problems, jsonl_lines, object_lines
-from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.specs import (
     REFUSED_CONTEXT_MODE,
     ContextMode,
     GraphNode,
     Payload,
     SessionSpec,
+    TraceDataset,
 )
 from dagperf.dataset.text import text_tokens
 from dagperf.runtime.gcpause import gc_paused
