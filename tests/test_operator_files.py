@@ -20,7 +20,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from dagperf.dataset import load_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
 from dagperf.keys import KeySet
 from dagperf_operator import manifests
 from dagperf_operator import status as st

@@ -45,14 +45,14 @@ class Reader(NamedTuple):
 
 
 def _dag_jsonl(lines: Iterable[bytes], source: str) -> RequestGraph:
-    from dagperf.dataset import read_dag_jsonl
+    from dagperf.dataset.formats.dag_jsonl import read_dag_jsonl
     from dagperf.graph import compile_dag_jsonl
 
     return compile_dag_jsonl(read_dag_jsonl(lines, source))
 
 
 def _session_graph(lines: Iterable[bytes], source: str) -> RequestGraph:
-    from dagperf.dataset.session_graph import read_session_graph
+    from dagperf.dataset.formats.session_graph import read_session_graph
 
     return _compile(source, read_session_graph(lines, source), None)
 
@@ -75,20 +75,24 @@ def _compile(source: str, specs: list[Any], loader_mode: Any, warmup: Any = ()) 
         raise DatasetError([Problem(source, None, str(e))]) from None
 
 
-POOL = Reader("dagperf.dataset.random_pool", "read_random_pool", ("draws", "seed"))
-SHAREGPT = Reader("dagperf.dataset.sharegpt", "read_sharegpt", ("count_tokens",))
+POOL = Reader("dagperf.dataset.formats.random_pool", "read_random_pool", ("draws", "seed"))
+SHAREGPT = Reader("dagperf.dataset.formats.sharegpt", "read_sharegpt", ("count_tokens",))
 # The formats whose reader returns a TraceDataset, each imported when first used: the formats a
 # run does not read cost it nothing.
 TRACE_READERS = {
-    "mooncake_trace": Reader("dagperf.dataset.mooncake", "read_mooncake_trace"),
-    "timed_synthetic_session": Reader("dagperf.dataset.timed_sessions", "read_timed_sessions"),
-    "single_turn": Reader("dagperf.dataset.aiperf_custom", "read_single_turn"),
-    "multi_turn": Reader("dagperf.dataset.aiperf_custom", "read_multi_turn"),
-    "raw_payload": Reader("dagperf.dataset.raw_payload", "read_raw_payload"),
-    "request_log": Reader("dagperf.dataset.request_log", "read_request_log"),
-    "untimed_content_multi_turn": Reader("dagperf.dataset.conversations", "read_conversations"),
-    "shared_prefix": Reader("dagperf.dataset.shared_prefix", "read_shared_prefix"),
-    "rag": Reader("dagperf.dataset.rag", "read_rag"),
+    "mooncake_trace": Reader("dagperf.dataset.formats.mooncake_trace", "read_mooncake_trace"),
+    "timed_synthetic_session": Reader(
+        "dagperf.dataset.formats.timed_synthetic_session", "read_timed_sessions"
+    ),
+    "single_turn": Reader("dagperf.dataset.formats.aiperf_custom", "read_single_turn"),
+    "multi_turn": Reader("dagperf.dataset.formats.aiperf_custom", "read_multi_turn"),
+    "raw_payload": Reader("dagperf.dataset.formats.raw_payload", "read_raw_payload"),
+    "request_log": Reader("dagperf.dataset.formats.request_log", "read_request_log"),
+    "untimed_content_multi_turn": Reader(
+        "dagperf.dataset.formats.untimed_content_multi_turn", "read_conversations"
+    ),
+    "shared_prefix": Reader("dagperf.dataset.formats.shared_prefix", "read_shared_prefix"),
+    "rag": Reader("dagperf.dataset.formats.rag", "read_rag"),
     "random_pool": POOL,
     "sharegpt": SHAREGPT,
 }
@@ -98,8 +102,12 @@ FILE_TYPES: dict[str, Compile] = {
     **{kind: _read_with(reader) for kind, reader in TRACE_READERS.items()},
 }
 DIRECTORY_TYPES = {  # the types that read a directory
-    "raw_payload": Reader("dagperf.dataset.raw_payload", "load_raw_payload_dir"),  # file: session
-    "random_pool": Reader("dagperf.dataset.random_pool", "load_random_pool_dir", POOL.options),
+    "raw_payload": Reader(
+        "dagperf.dataset.formats.raw_payload", "load_raw_payload_dir"
+    ),  # file: session
+    "random_pool": Reader(
+        "dagperf.dataset.formats.random_pool", "load_random_pool_dir", POOL.options
+    ),
 }
 
 

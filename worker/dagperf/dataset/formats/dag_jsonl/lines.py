@@ -17,8 +17,13 @@ from typing import NamedTuple
 import msgspec
 from pydantic import ValidationError
 
-from dagperf.dataset.dag_jsonl import DagConversation
-from dagperf.dataset.dag_records import Branch, Checked, Sendable, conversation_branches
+from dagperf.dataset.formats.dag_jsonl.records import (
+    Branch,
+    Checked,
+    Sendable,
+    conversation_branches,
+)
+from dagperf.dataset.formats.dag_jsonl.schema import DagConversation
 from dagperf.dataset.limits import line_problem, too_deep
 from dagperf.dataset.loader import describe
 from dagperf.dataset.specs import Payload
