@@ -84,8 +84,8 @@ TRACE_READERS = {
     "timed_synthetic_session": Reader(
         "dagperf.dataset.formats.timed_synthetic_session", "read_timed_sessions"
     ),
-    "single_turn": Reader("dagperf.dataset.formats.aiperf_custom", "read_single_turn"),
-    "multi_turn": Reader("dagperf.dataset.formats.aiperf_custom", "read_multi_turn"),
+    "single_turn": Reader("dagperf.dataset.formats.single_turn", "read_single_turn"),
+    "multi_turn": Reader("dagperf.dataset.formats.multi_turn", "read_multi_turn"),
     "raw_payload": Reader("dagperf.dataset.formats.raw_payload", "read_raw_payload"),
     "request_log": Reader("dagperf.dataset.formats.request_log", "read_request_log"),
     "untimed_content_multi_turn": Reader(

@@ -1,10 +1,10 @@
-"""AIPerf's custom dataset types `single_turn` and `multi_turn`, with AIPerf 0.13's file shapes
-and what it sends for them on a chat endpoint (tests compare against requests AIPerf sent).
+"""AIPerf's custom dataset type `single_turn`, with AIPerf 0.13's file shape and what it sends
+for it on a chat endpoint (tests compare against requests AIPerf sent). Its rows are the turns of
+`multi_turn` too, and its conversations are put together here for both.
 
-    single_turn:  {"text": "What is deep learning?"}
-                  {"texts": ["Who are you?", "Hello"], "output_length": 32, "extra": {"top_p": 1}}
-                  {"session_id": "s1", "text": "first"}  {"session_id": "s1", "text": "second"}
-    multi_turn:   {"session_id": "c1", "turns": [{"text": "Hello"}, {"text": "More", "delay": 20}]}
+    {"text": "What is deep learning?"}
+    {"texts": ["Who are you?", "Hello"], "output_length": 32, "extra": {"top_p": 1}}
+    {"session_id": "s1", "text": "first"}  {"session_id": "s1", "text": "second"}
 
 A turn's content is its `text`, or its `texts` (strings, or AIPerf's named fields
 `{"name", "contents"}`): one text is sent as a string, several as text parts (empty ones left
@@ -15,11 +15,7 @@ conversation's arrival on a fixed schedule (the first turn's; a file is timed wh
 conversation has one).
 
 single_turn rows are conversations of one request, except rows sharing a `session_id`: those are
-sent in file order, each as written (`message_array_with_responses`). multi_turn conversations
-accumulate (`deltas_without_responses`): each turn continues the previous turn's context and its
-live reply; entries sharing a `session_id` are one conversation. A leading text-only system turn
-(one, not two in a row) is not a request: its text leads every request's messages, as AIPerf
-hoists it. A conversation may set its own `context_mode`.
+sent in file order, each as written (`message_array_with_responses`).
 
 Images, audio and video are refused with a clear message: dagperf sends text. Unknown fields are
 refused too (AIPerf ignores them), so a typo such as `output_lenght` fails the load instead of
@@ -115,26 +111,12 @@ class Turn(TextRow):
         return Payload.of([*(lead or []), self.message()], extra=extra or None)
 
 
-class Conversation(BaseModel):
-    """One multi_turn line."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: Literal["multi_turn"] | None = None
-    session_id: StrictStr | None = Field(default=None, min_length=1)
-    turns: list[Turn] = Field(min_length=1)
-    context_mode: ContextMode | None = None
-
-
 def read_single_turn(lines: Iterable[bytes], source: str) -> TraceDataset:
     with gc_paused():
-        return _read(_single_turn_rows(lines, source), source, single=True)
+        return conversations_of(_single_turn_rows(lines, source), source, single=True)
 
 
-def read_multi_turn(lines: Iterable[bytes], source: str) -> TraceDataset:
-    with gc_paused():
-        return _read(_multi_turn_rows(lines, source), source, single=False)
-
-
+# Per line: its file's problems, the line, the session_id, its turns and its context_mode.
 Rows = Iterator[tuple[Problems, int, str | None, list[Turn], ContextMode | None]]
 
 
@@ -144,25 +126,15 @@ def _single_turn_rows(lines: Iterable[bytes], source: str) -> Rows:
         yield problems, lineno, None if row is None else row.session_id, [row] if row else [], None
 
 
-def _multi_turn_rows(lines: Iterable[bytes], source: str) -> Rows:
-    problems = Problems(source)
-    for lineno, _, conv in validated_lines(lines, Conversation, problems, "one conversation"):
-        if conv is not None and (nested := [t for t in conv.turns if t.session_id]):
-            problems.add(lineno, f"turns: a turn's session_id ('{nested[0].session_id}') is "
-                         "not read; give the conversation's session_id instead")  # fmt: skip
-            conv = None
-        turns = [] if conv is None else list(conv.turns)
-        mode = None if conv is None else conv.context_mode
-        yield problems, lineno, None if conv is None else conv.session_id, turns, mode
-
-
 class _Conversation:
     def __init__(self, line: int, mode: ContextMode | None):
         self.line, self.mode = line, mode
         self.turns: list[Turn] = []
 
 
-def _read(rows: Rows, source: str, single: bool) -> TraceDataset:
+def conversations_of(rows: Rows, source: str, single: bool) -> TraceDataset:
+    """The conversations of single_turn rows (`single`) or of multi_turn lines: rows sharing a
+    session_id are one conversation, the others get an id from their line."""
     conversations: dict[str, _Conversation] = {}
     generated: dict[str, int] = {}  # ids given to conversations without one, by line
     problems: Problems | None = None
