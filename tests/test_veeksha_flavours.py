@@ -19,7 +19,7 @@ import yaml
 from dagperf.dataset import DatasetError
 from dagperf.dataset.text import text_tokens
 from dagperf.simulator import SimRecord, running_simulator
-from dagperf.sources import FILE_TYPES
+from dagperf.sources import compiler
 
 from runs import RECORDING, Run, finish, profile, spawn
 
@@ -177,7 +177,7 @@ async def test_rag_warm_up_comes_before_a_requested_warm_up_and_once_over_repeat
 
 def problems_of(kind: str, *lines: str) -> list[str]:
     with pytest.raises(DatasetError) as caught:
-        FILE_TYPES[kind]([line.encode() + b"\n" for line in lines], "t.jsonl")
+        compiler(kind)([line.encode() + b"\n" for line in lines], "t.jsonl")
     return [str(p) for p in caught.value.problems]
 
 

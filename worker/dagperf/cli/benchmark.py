@@ -19,12 +19,11 @@ from dagperf import verdict
 from dagperf.cli.flags import add_model_flags, log_flags
 from dagperf.config import ENDPOINT_PATHS, EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
+from dagperf.dataset.formats import FORMATS, ReadOptions
 from dagperf.fetch import FetchError, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
 from dagperf.sources import (
-    FILE_TYPES,
-    ReadOptions,
     load_graph,
     resolve_cancel,
     resolve_schedule,
@@ -32,7 +31,7 @@ from dagperf.sources import (
 )
 
 FLAG_OF_FIELD = {"backend_headers": "backend_header"}  # a list field of a repeatable flag
-DATASET_TYPES = tuple(FILE_TYPES)
+DATASET_TYPES = tuple(FORMATS)
 
 
 log = logging.getLogger("dagperf")
