@@ -41,8 +41,11 @@ def _multi_turn_rows(lines: Iterable[bytes], source: str) -> Rows:
     problems = Problems(source)
     for lineno, _, conv in validated_lines(lines, Conversation, problems, "one conversation"):
         if conv is not None and (nested := [t for t in conv.turns if t.session_id]):
-            problems.add(lineno, f"turns: a turn's session_id ('{nested[0].session_id}') is "
-                         "not read; give the conversation's session_id instead")  # fmt: skip
+            problems.add(
+                lineno,
+                f"turns: a turn's session_id ('{nested[0].session_id}') is "
+                "not read; give the conversation's session_id instead",
+            )
             conv = None
         turns = [] if conv is None else list(conv.turns)
         mode = None if conv is None else conv.context_mode

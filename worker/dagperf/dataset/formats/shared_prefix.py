@@ -104,8 +104,10 @@ def _payload(lineno: int, row: SharedPrefixRow, first: bool, block_size: int) ->
             return "hash_ids: a session's first row needs at least one id (its prompt's blocks)"
         tokens = block_size * len(row.hash_ids)
         if tokens > MAX_PROMPT_TOKENS:
-            return (f"hash_ids: {len(row.hash_ids):,} blocks of {block_size:,} tokens make a "
-                    f"prompt longer than {MAX_PROMPT_TOKENS:,} tokens")  # fmt: skip
+            return (
+                f"hash_ids: {len(row.hash_ids):,} blocks of {block_size:,} tokens make a "
+                f"prompt longer than {MAX_PROMPT_TOKENS:,} tokens"
+            )
         text = blocks_prompt(row.hash_ids, tokens, block_size)
     else:
         if row.new_input_length is None:

@@ -142,14 +142,20 @@ def conversations_of(rows: Rows, source: str, single: bool) -> TraceDataset:
         if not turns:
             continue
         if sid in generated:
-            problems.add(lineno, f"session_id: '{sid}' is the id given to the conversation "
-                         f"without one on line {generated[sid]}; choose another")  # fmt: skip
+            problems.add(
+                lineno,
+                f"session_id: '{sid}' is the id given to the conversation "
+                f"without one on line {generated[sid]}; choose another",
+            )
             continue
         key = sid if sid is not None else f"line-{lineno:06d}"
         if sid is None:
             if key in conversations:
-                problems.add(lineno, f"session_id: missing, and the id '{key}' it would get is "
-                             "taken; give it a session_id")  # fmt: skip
+                problems.add(
+                    lineno,
+                    f"session_id: missing, and the id '{key}' it would get is "
+                    "taken; give it a session_id",
+                )
                 continue
             generated[key] = lineno
         found = conversations.setdefault(key, _Conversation(lineno, mode))
@@ -162,8 +168,11 @@ def conversations_of(rows: Rows, source: str, single: bool) -> TraceDataset:
     timed = [c for c in conversations.values() if c.turns[0].timestamp is not None]
     if timed and len(timed) < len(conversations):
         untimed = next(c for c in conversations.values() if c.turns[0].timestamp is None)
-        problems.add(untimed.line, f"timestamp: missing, but line {timed[0].line} has one: "
-                     "give every conversation a timestamp or none")  # fmt: skip
+        problems.add(
+            untimed.line,
+            f"timestamp: missing, but line {timed[0].line} has one: "
+            "give every conversation a timestamp or none",
+        )
     problems.raise_any()
     default = ContextMode.MESSAGE_ARRAY_WITH_RESPONSES if single else None
     specs = [_spec(key, c, default, single) for key, c in conversations.items()]

@@ -266,9 +266,16 @@ class FilePass:
         (its line numbers counted from 1, its conversations from 0)."""
         self.edges.number(self.ids)
         return Part(
-            self.problems, msgspec.msgpack.encode(self._sids()), self.line_numbers, self.turns,
-            self.store.spans(), self.edges, self.opening_system, self.models, self.unparsed,
-        )  # fmt: skip
+            self.problems,
+            msgspec.msgpack.encode(self._sids()),
+            self.line_numbers,
+            self.turns,
+            self.store.spans(),
+            self.edges,
+            self.opening_system,
+            self.models,
+            self.unparsed,
+        )
 
     def merge(self, part: Part, lines_before: int) -> None:
         """A later part of the file read by another pass, which started `lines_before` lines

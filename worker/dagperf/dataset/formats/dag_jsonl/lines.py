@@ -88,9 +88,14 @@ def conversation(record: Sendable, intern: Interned) -> Conversation:
     for turn in record.turns:  # one plain loop: this runs once per turn of every tree built
         model = turn.model
         payloads.append(
-            Payload(bytes(turn.messages), model and intern(model), turn.max_tokens, turn.tools,
-                    turn.extra)
-        )  # fmt: skip
+            Payload(
+                bytes(turn.messages),
+                model and intern(model),
+                turn.max_tokens,
+                turn.tools,
+                turn.extra,
+            )
+        )
         delays.append(turn.delay / 1000.0)
     branched = record.pre_session_spawns or any(t.forks or t.spawns for t in record.turns)
     branches = tuple(conversation_branches(record)) if branched else ()
