@@ -18,7 +18,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from dagperf.dataset import load_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
 from dagperf.graph import compile_dag_jsonl
 
 WORDS = "plan the next step and explain which branch of the analysis should run first".split()

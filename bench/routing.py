@@ -13,7 +13,7 @@ import json
 import time
 
 from dagperf.config import LoadConfig
-from dagperf.dataset import read_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl import read_dag_jsonl
 from dagperf.engine import Dispatcher, Flight
 from dagperf.graph import compile_dag_jsonl
 from dagperf.transport import protocol

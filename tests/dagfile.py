@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from dagperf.dataset import DagDataset, DatasetError, Problem, read_dag_jsonl
+from dagperf.dataset import DatasetError, Problem
+from dagperf.dataset.formats.dag_jsonl import DagDataset, read_dag_jsonl
 
 
 def user(text: str = "hi") -> dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 
 from dagperf.dataset import DatasetError
 from dagperf.simulator import SimConfig, running_simulator
-from dagperf.sources import FILE_TYPES, load_graph
+from dagperf.sources import compiler, load_graph
 
 from runs import finish, spawn
 
@@ -55,7 +55,7 @@ async def test_the_same_input_sends_what_aiperf_sent(name, tmp_path):
 
 def problems_of(kind: str, *rows: str) -> list[str]:
     with pytest.raises(DatasetError) as caught:
-        FILE_TYPES[kind]([row.encode() + b"\n" for row in rows], "/nonexistent")
+        compiler(kind)([row.encode() + b"\n" for row in rows], "/nonexistent")
     return [str(p) for p in caught.value.problems]
 
 

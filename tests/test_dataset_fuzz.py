@@ -21,9 +21,10 @@ from pydantic import ValidationError
 
 from dagperf.cli import main
 from dagperf.config import EndpointConfig
-from dagperf.dataset import DagConversation, DatasetError, read_dag_jsonl
-from dagperf.dataset.dag_lines import Interned, check_line, read_slowly
-from dagperf.dataset.dag_pass import FilePass
+from dagperf.dataset import DatasetError
+from dagperf.dataset.formats.dag_jsonl import DagConversation, read_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl.file_pass import FilePass
+from dagperf.dataset.formats.dag_jsonl.lines import Interned, check_line, read_slowly
 from dagperf.dataset.limits import line_problem
 from dagperf.endpoints import request_params
 from dagperf.graph import compile_dag_jsonl

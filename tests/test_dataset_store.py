@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from dagperf.dataset import DatasetError, dag_halves, load_dag_jsonl
-from dagperf.dataset.dag_lines import Interned
-from dagperf.dataset.line_store import FileChanged
+from dagperf.dataset import DatasetError
+from dagperf.dataset.formats.dag_jsonl import halves as dag_halves
+from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl.line_store import FileChanged
+from dagperf.dataset.formats.dag_jsonl.lines import Interned
 from dagperf.graph import compile_dag_jsonl
 
 from dagfile import conv, encode, line_numbers, turn, user

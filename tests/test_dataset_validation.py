@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from dagperf.dataset import MAX_PROBLEMS, DatasetError, load_dag_jsonl, read_dag_jsonl
-from dagperf.dataset.dag_lines import Interned
+from dagperf.dataset import MAX_PROBLEMS, DatasetError
+from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl, read_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl.lines import Interned
 from dagperf.dataset.loader import load_file
 
 from dagfile import conv, encode, line_numbers, load, problems, refusal, turn, user
@@ -459,7 +460,8 @@ def test_a_file_read_in_blocks_numbers_its_lines_as_one_read_line_by_line(monkey
     """Files are read a block at a time and split in C: lines cut by a block's end, blank lines,
     CRLF, a byte-order mark and a last line without its newline are numbered as they are when
     the lines come one by one."""
-    from dagperf.dataset import dag_pass, dag_reader
+    from dagperf.dataset.formats.dag_jsonl import file_pass as dag_pass
+    from dagperf.dataset.formats.dag_jsonl import reader as dag_reader
 
     monkeypatch.setattr(dag_pass, "BATCH_BYTES", block)
     a, b = (line.rstrip(b"\n") for line in encode(conv("a", turn(forks=["b"])), conv("b")))

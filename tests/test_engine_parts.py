@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from dagperf.config import LoadConfig
-from dagperf.dataset import read_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl import read_dag_jsonl
 from dagperf.engine import Dispatcher
 from dagperf.engine.phase import Arrivals
 from dagperf.engine.timers import Timers

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dagperf.dataset import DatasetError, load_dag_jsonl
+from dagperf.dataset import DatasetError
+from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
 from dagperf.graph import SessionKind, Tree, compile_dag_jsonl
 
 from dagfile import check_tree, conv, load, turn, user

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from dagperf.dataset import load_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
 from dagperf.keys import KeySet
 from dagperf_operator import manifests
 from dagperf_operator import status as st
@@ -585,8 +585,9 @@ def test_a_url_datasets_size_limit_must_be_a_quantity():
 def test_a_benchmark_takes_every_dataset_type_the_cli_reads():
     import typing
 
-    from dagperf.sources import FILE_TYPES, SESSION_CONFIG
+    from dagperf.dataset.formats import FORMATS
+    from dagperf.sources import SESSION_CONFIG
     from dagperf_operator.spec import Dataset
 
     taken = typing.get_args(Dataset.model_fields["type"].annotation)
-    assert set(taken) == {*FILE_TYPES, SESSION_CONFIG}
+    assert set(taken) == {*FORMATS, SESSION_CONFIG}

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from dagperf.dataset import DatasetError
+from dagperf.dataset.formats import ReadOptions
 from dagperf.simulator import SimConfig, running_simulator
-from dagperf.sources import FILE_TYPES, ReadOptions, load_graph
+from dagperf.sources import compiler, load_graph
 
 from runs import finish, spawn
 
@@ -85,7 +86,7 @@ def test_a_pool_draws_100_by_default_as_aiperf_sizes_it():
 
 def problems_of(kind: str, *rows: str) -> list[str]:
     with pytest.raises(DatasetError) as caught:
-        FILE_TYPES[kind]([row.encode() + b"\n" for row in rows], "/nonexistent")
+        compiler(kind)([row.encode() + b"\n" for row in rows], "/nonexistent")
     return [str(p) for p in caught.value.problems]
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dagperf.dataset import DatasetError
-from dagperf.dataset.session_graph import read_session_graph
+from dagperf.dataset.formats.session_graph import read_session_graph
 from dagperf.graph.model import Payload
 from dagperf.graph.sessions import (
     ContextMode,

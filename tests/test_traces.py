@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from dagperf.dataset.formats.mooncake_trace import load_mooncake_trace, read_mooncake_trace
+from dagperf.dataset.formats.timed_synthetic_session import load_timed_sessions, read_timed_sessions
 from dagperf.dataset.loader import DatasetError
-from dagperf.dataset.mooncake import TraceDataset, load_mooncake_trace, read_mooncake_trace
+from dagperf.dataset.specs import TraceDataset
 from dagperf.dataset.text import text_tokens
-from dagperf.dataset.timed_sessions import load_timed_sessions, read_timed_sessions
 from dagperf.graph.model import Tree
 from dagperf.graph.sessions import REFUSED_CONTEXT_MODE, ContextMode, GraphNode, compile_sessions
 
@@ -645,7 +646,7 @@ def test_an_empty_timed_sessions_file_is_refused():
 
 
 def request_log(text: str) -> TraceDataset:
-    from dagperf.dataset.request_log import read_request_log
+    from dagperf.dataset.formats.request_log import read_request_log
 
     return read_request_log([line.encode() + b"\n" for line in text.splitlines()], SOURCE)
 
@@ -669,7 +670,7 @@ def test_a_request_log_row_is_a_session_of_its_lengths_and_shared_ids_are_turns(
 
 
 def test_request_log_problems_name_their_lines():
-    from dagperf.dataset.request_log import read_request_log
+    from dagperf.dataset.formats.request_log import read_request_log
 
     def problems(text: str) -> list[str]:
         return refusals(read_request_log, *text.splitlines())
@@ -692,7 +693,7 @@ def test_request_log_problems_name_their_lines():
 
 
 def conversations(*rows: dict[str, Any] | str) -> TraceDataset:
-    from dagperf.dataset.conversations import read_conversations
+    from dagperf.dataset.formats.untimed_content_multi_turn import read_conversations
 
     return read_conversations(encode(*rows), SOURCE)
 
@@ -724,7 +725,7 @@ def test_each_answered_user_message_is_a_request_with_the_recorded_history():
 
 
 def test_a_conversation_without_an_answered_user_message_is_refused_by_line():
-    from dagperf.dataset.conversations import read_conversations
+    from dagperf.dataset.formats.untimed_content_multi_turn import read_conversations
 
     assert refusals(
         read_conversations,

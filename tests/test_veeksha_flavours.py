@@ -19,7 +19,7 @@ import yaml
 from dagperf.dataset import DatasetError
 from dagperf.dataset.text import text_tokens
 from dagperf.simulator import SimRecord, running_simulator
-from dagperf.sources import FILE_TYPES
+from dagperf.sources import compiler
 
 from runs import RECORDING, Run, finish, profile, spawn
 
@@ -177,7 +177,7 @@ async def test_rag_warm_up_comes_before_a_requested_warm_up_and_once_over_repeat
 
 def problems_of(kind: str, *lines: str) -> list[str]:
     with pytest.raises(DatasetError) as caught:
-        FILE_TYPES[kind]([line.encode() + b"\n" for line in lines], "t.jsonl")
+        compiler(kind)([line.encode() + b"\n" for line in lines], "t.jsonl")
     return [str(p) for p in caught.value.problems]
 
 
@@ -224,7 +224,7 @@ def test_bad_rag_rows_are_refused_with_their_lines_all_at_once():
 
 
 def test_rag_ranks_documents_by_rows_then_first_appearance_and_shuffles_by_its_seed():
-    from dagperf.dataset.rag import read_rag
+    from dagperf.dataset.formats.rag import read_rag
 
     order = ["b", "a", "c", 1, "1", "b", "c", "a", "a", "c", "b", "1"]  # b, a, c: three rows
     lines = [
@@ -267,7 +267,7 @@ def test_dagperf_validate_names_every_bad_row_without_a_traceback(tmp_path):
 def test_a_rag_trace_in_csv_reads_as_its_json_lines_do():
     """Veeksha reads a trace as CSV too: a quoted prompt may span lines and hold commas, each
     row is numbered by the line it starts on, and cells are typed as pandas types them."""
-    from dagperf.dataset.rag import read_rag
+    from dagperf.dataset.formats.rag import read_rag
 
     rows = [
         {"doc_id": "handbook", "prompt_text": "Context: a\n\nQuestion: b?", "output_length": 5},
@@ -298,7 +298,7 @@ def test_a_rag_trace_in_csv_reads_as_its_json_lines_do():
 
 
 def test_a_request_log_in_csv_may_name_its_lengths_as_veeksha_renames_them():
-    from dagperf.dataset.request_log import read_request_log
+    from dagperf.dataset.formats.request_log import read_request_log
 
     log = read_request_log(
         [b"num_prefill_tokens,num_decode_tokens,arrived_at\n", b"30,5,0.5\n"], "t.csv"

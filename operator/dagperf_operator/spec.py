@@ -23,14 +23,21 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from dagperf.config import LoadConfig, header_names
+from dagperf.dataset.formats import FORMATS
 from dagperf.health.report import HealthOptions
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 from dagperf.search.objectives import parse_objectives, unmeasurable
+from dagperf.sources import SESSION_CONFIG
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")
 M = TypeVar("M", bound=BaseModel)
 Quantity = int | str  # a Kubernetes resource quantity: 2, "500m", "1Gi"
+DATASET_TYPES = (*FORMATS, SESSION_CONFIG)  # every format the CLI reads, or a session config
+if TYPE_CHECKING:
+    DatasetType = str
+else:  # the CRD's enum, from the table of formats
+    DatasetType = Literal[DATASET_TYPES]
 
 
 class _Model(BaseModel):
@@ -164,22 +171,7 @@ class Dataset(_Model):
         description="A file on a claim, which the scheduler mounts read-only (a file too large "
         "for a ConfigMap); the scheduler checks it when it starts.",
     )
-    type: Literal[
-        "dag_jsonl",
-        "session_graph",
-        "mooncake_trace",
-        "timed_synthetic_session",
-        "single_turn",
-        "multi_turn",
-        "raw_payload",
-        "request_log",
-        "untimed_content_multi_turn",
-        "shared_prefix",
-        "rag",
-        "random_pool",
-        "sharegpt",
-        "session_config",
-    ] = Field(
+    type: DatasetType = Field(
         default="dag_jsonl",
         description="The file's format (--custom-dataset-type), or session_config: the file is "
         "a synthetic session config (--session-config) that generates the sessions.",

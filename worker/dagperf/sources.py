@@ -8,62 +8,36 @@ A dataset file has a type (`--custom-dataset-type`); a synthetic workload is a s
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from dagperf.config import LoadConfig
+from dagperf.dataset.formats import FORMATS, ReadOptions
 from dagperf.dataset.loader import DatasetError, Problem, load_file, parse_stream
+from dagperf.dataset.specs import TraceDataset
 from dagperf.graph import RequestGraph, SessionKind
+
+if TYPE_CHECKING:
+    from dagperf.dataset.formats.dag_jsonl import DagDataset
 
 Compile = Callable[[Iterable[bytes], str], RequestGraph]
 
 
-@dataclass(frozen=True)
-class ReadOptions:
-    """What a run tells the formats that read more than their file; the defaults are what
-    `validate` and the operator's check use."""
-
-    draws: int | None = None  # random_pool: requests drawn (None: AIPerf's 100)
-    seed: int | None = None  # random_pool: the draws' seed (None: fresh draws)
-    count_tokens: Callable[[list[str]], list[int]] | None = None  # sharegpt (None: estimates)
+def compiler(dataset_type: str, options: ReadOptions | None = None) -> Compile:
+    """A file of `dataset_type` read (with a run's `options`) and compiled into the graph."""
+    read, given = FORMATS[dataset_type].read, options or ReadOptions()
+    return lambda lines, source: _compiled(source, read(lines, source, given))
 
 
-class Reader(NamedTuple):
-    """A reader imported when first used, and the ReadOptions fields it takes."""
-
-    module: str
-    name: str
-    options: tuple[str, ...] = ()
-
-    def __call__(self, *args: Any, options: ReadOptions | None = None) -> Any:
-        given = options or ReadOptions()
-        kwargs = {field: getattr(given, field) for field in self.options}
-        return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
-
-
-def _dag_jsonl(lines: Iterable[bytes], source: str) -> RequestGraph:
-    from dagperf.dataset import read_dag_jsonl
+def _compiled(source: str, dataset: TraceDataset | DagDataset) -> RequestGraph:
+    """The graph of what a format read: the compiling lives here, above both the dataset layer
+    and the graph's compilers, so a format's module never depends on the graph."""
+    if isinstance(dataset, TraceDataset):
+        return _compile(source, dataset.specs, dataset.loader_mode, dataset.warmup)
     from dagperf.graph import compile_dag_jsonl
 
-    return compile_dag_jsonl(read_dag_jsonl(lines, source))
-
-
-def _session_graph(lines: Iterable[bytes], source: str) -> RequestGraph:
-    from dagperf.dataset.session_graph import read_session_graph
-
-    return _compile(source, read_session_graph(lines, source), None)
-
-
-def _read_with(reader: Reader, options: ReadOptions | None = None) -> Compile:
-    """A format whose reader takes ReadOptions, with these options."""
-    return lambda lines, source: _from_trace(source, reader(lines, source, options=options))
-
-
-def _from_trace(source: str, trace: Any) -> RequestGraph:
-    return _compile(source, trace.specs, trace.loader_mode, trace.warmup)
+    return compile_dag_jsonl(dataset)
 
 
 def _compile(source: str, specs: list[Any], loader_mode: Any, warmup: Any = ()) -> RequestGraph:
@@ -75,41 +49,6 @@ def _compile(source: str, specs: list[Any], loader_mode: Any, warmup: Any = ()) 
         raise DatasetError([Problem(source, None, str(e))]) from None
 
 
-POOL = Reader("dagperf.dataset.random_pool", "read_random_pool", ("draws", "seed"))
-SHAREGPT = Reader("dagperf.dataset.sharegpt", "read_sharegpt", ("count_tokens",))
-# The formats whose reader returns a TraceDataset, each imported when first used: the formats a
-# run does not read cost it nothing.
-TRACE_READERS = {
-    "mooncake_trace": Reader("dagperf.dataset.mooncake", "read_mooncake_trace"),
-    "timed_synthetic_session": Reader("dagperf.dataset.timed_sessions", "read_timed_sessions"),
-    "single_turn": Reader("dagperf.dataset.aiperf_custom", "read_single_turn"),
-    "multi_turn": Reader("dagperf.dataset.aiperf_custom", "read_multi_turn"),
-    "raw_payload": Reader("dagperf.dataset.raw_payload", "read_raw_payload"),
-    "request_log": Reader("dagperf.dataset.request_log", "read_request_log"),
-    "untimed_content_multi_turn": Reader("dagperf.dataset.conversations", "read_conversations"),
-    "shared_prefix": Reader("dagperf.dataset.shared_prefix", "read_shared_prefix"),
-    "rag": Reader("dagperf.dataset.rag", "read_rag"),
-    "random_pool": POOL,
-    "sharegpt": SHAREGPT,
-}
-FILE_TYPES: dict[str, Compile] = {
-    "dag_jsonl": _dag_jsonl,
-    "session_graph": _session_graph,
-    **{kind: _read_with(reader) for kind, reader in TRACE_READERS.items()},
-}
-DIRECTORY_TYPES = {  # the types that read a directory
-    "raw_payload": Reader("dagperf.dataset.raw_payload", "load_raw_payload_dir"),  # file: session
-    "random_pool": Reader("dagperf.dataset.random_pool", "load_random_pool_dir", POOL.options),
-}
-
-
-def _compiler(dataset_type: str, options: ReadOptions | None) -> Compile:
-    reader = TRACE_READERS.get(dataset_type)
-    if reader is None or not reader.options:  # nothing a run's options change
-        return FILE_TYPES[dataset_type]
-    return _read_with(reader, options)
-
-
 def load_graph(
     path: str | Path,
     dataset_type: str,
@@ -117,16 +56,17 @@ def load_graph(
     options: ReadOptions | None = None,
 ) -> RequestGraph:
     if Path(path).is_dir():
-        if dataset_type not in DIRECTORY_TYPES:
-            reason = f"a directory; only {' and '.join(DIRECTORY_TYPES)} read one"
+        read_directory = FORMATS[dataset_type].read_directory
+        if read_directory is None:
+            readers = [kind for kind, form in FORMATS.items() if form.read_directory]
+            reason = f"a directory; only {' and '.join(readers)} read one"
             raise DatasetError([Problem(source or str(path), None, reason)])
-        trace = DIRECTORY_TYPES[dataset_type](Path(path), options=options)
-        return _from_trace(source or str(path), trace)
-    return load_file(path, _compiler(dataset_type, options), source)
+        return _compiled(source or str(path), read_directory(Path(path), options or ReadOptions()))
+    return load_file(path, compiler(dataset_type, options), source)
 
 
 def parse_graph(stream: BinaryIO, source: str, dataset_type: str) -> RequestGraph:
-    return parse_stream(stream, source, FILE_TYPES[dataset_type])
+    return parse_stream(stream, source, compiler(dataset_type))
 
 
 SESSION_CONFIG = "session_config"  # a Benchmark's dataset type for a synthetic session config
@@ -167,7 +107,7 @@ def _generated(source: str, read: Callable[[], Any]) -> RequestGraph:
         else:
             read_trace = config.read
             graph = load_file(
-                config.path, lambda lines, src: _from_trace(src, read_trace(lines, src))
+                config.path, lambda lines, src: _compiled(src, read_trace(lines, src))
             )
     else:
         graph = _compile(source, generate_sessions(config), None)

@@ -19,12 +19,11 @@ from dagperf import verdict
 from dagperf.cli.flags import add_model_flags, log_flags
 from dagperf.config import AFFINITY_HEADERS, ENDPOINT_PATHS, EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
+from dagperf.dataset.formats import FORMATS, ReadOptions
 from dagperf.fetch import FetchError, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
 from dagperf.sources import (
-    FILE_TYPES,
-    ReadOptions,
     load_graph,
     resolve_cancel,
     resolve_schedule,
@@ -32,7 +31,6 @@ from dagperf.sources import (
 )
 
 FLAG_OF_FIELD = {"backend_headers": "backend_header"}  # a list field of a repeatable flag
-DATASET_TYPES = tuple(FILE_TYPES)
 
 
 log = logging.getLogger("dagperf")
@@ -59,7 +57,7 @@ def _dataset_flags(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     group.add_argument(
         "--custom-dataset-type",
-        choices=DATASET_TYPES,
+        choices=tuple(FORMATS),
         default="dag_jsonl",
         help="its format (default: %(default)s)",
     )
@@ -282,7 +280,7 @@ def _read_options(
     as many requests as AIPerf sizes its pool (--num-conversations, else --request-count),
     seeded by --random-seed; sharegpt counts tokens with --tokenizer."""
     count_tokens = None
-    if args.custom_dataset_type == "sharegpt" and args.tokenizer is not None:
+    if "count_tokens" in FORMATS[args.custom_dataset_type].takes and args.tokenizer is not None:
         from dagperf.metrics.tokens import TokenCounter, TokenizerError, read_tokenizer
 
         try:
@@ -306,9 +304,12 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         "session_affinity_headers": _affinity_headers(args.session_affinity_header),
         "backend_headers": args.backend_header,
     }
-    if args.custom_dataset_type == "raw_payload" and args.endpoint_type != "chat":
-        parser.error("--custom-dataset-type raw_payload: its lines are chat request bodies; "
-                     "use --endpoint-type chat")  # fmt: skip
+    kind, only = args.custom_dataset_type, FORMATS[args.custom_dataset_type].endpoint_type
+    if only is not None and args.endpoint_type != only:
+        parser.error(
+            f"--custom-dataset-type {kind}: its lines are {only} request bodies; "
+            f"use --endpoint-type {only}"
+        )
     try:  # check the flags now, with stand-ins for what is only known once a server runs
         EndpointConfig(**(fields | {"url": args.url or "127.0.0.1", "model": args.model or "-"}))
     except ValidationError as e:

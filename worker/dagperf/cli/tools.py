@@ -10,8 +10,9 @@ import os
 import sys
 from pathlib import Path
 
-from dagperf.cli.benchmark import DATASET_TYPES, read_graph
+from dagperf.cli.benchmark import read_graph
 from dagperf.cli.flags import Commands, add_model_flags, model_from_flags
+from dagperf.dataset.formats import FORMATS
 from dagperf.fetch import FetchError, save, shown
 from dagperf.health import HealthOptions, health_command
 from dagperf.keys import FILES, KeySet
@@ -35,7 +36,7 @@ def add_validate(commands: Commands) -> None:
     )  # fmt: skip
     validate.add_argument(
         "--custom-dataset-type",
-        choices=DATASET_TYPES,
+        choices=tuple(FORMATS),
         default="dag_jsonl",
         help="the file's format (default: %(default)s)",
     )

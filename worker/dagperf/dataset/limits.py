@@ -44,7 +44,7 @@ _STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 _SHAPE = bytes(
     ord("0") if chr(c).isdigit() and c < 128 else ord("e") if c in b"eE+" else ord(" ")
     for c in range(256)
-)  # fmt: skip
+)
 _DIGITS, _EXPONENT = b"0" * 19, b"e000"  # e+308 has the shape ee000
 
 

@@ -16,13 +16,16 @@ from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from dagperf.dataset.dag_jsonl import UNION_TAGS
 from dagperf.dataset.limits import line_problem
 from dagperf.dataset.progress import reading_progress
 from dagperf.runtime.gcpause import gc_paused
 
 MAX_PROBLEMS = 100
 _GZIP_MAGIC = b"\x1f\x8b"
+#: The tags a format's discriminated unions add to error locations (dag_jsonl's branch entries:
+#: a bare session id or an object); they are not keys in the file, so messages leave them out.
+BARE, OBJECT = "bare", "object"
+UNION_TAGS = frozenset({BARE, OBJECT})
 STOPPED_READING = (
     f"too many problems: stopped reading here after {MAX_PROBLEMS}; fix these and validate again"
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -93,6 +94,17 @@ class SessionSpec(NamedTuple):
     nodes: tuple[GraphNode, ...]  # parents before children
     context_mode: ContextMode | None = None  # this session's override
     start_s: float | None = None  # arrival on a fixed schedule, from the first session's
+
+
+@dataclass(frozen=True)
+class TraceDataset:
+    """What every reader but dag_jsonl's returns: the sessions, in arrival order when timed, and
+    the format's default context mode, for `compile_sessions(source, specs, loader_mode)`."""
+
+    specs: list[SessionSpec]  # by start time when timed, else in file order
+    loader_mode: ContextMode | None  # the format's default context mode; None: the global one
+    timed: bool  # every session has a start_s
+    warmup: tuple[SessionSpec, ...] = ()  # sent first, one at a time, never measured (rag's)
 
 
 def parents_first(count: int, edges: Iterable[tuple[int, int]]) -> list[int]:

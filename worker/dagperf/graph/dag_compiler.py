@@ -32,10 +32,10 @@ from typing import NamedTuple, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from dagperf.dataset.dag_edges import BACKGROUND
-from dagperf.dataset.dag_lines import Conversation, Interned
-from dagperf.dataset.dag_reader import DagDataset
-from dagperf.dataset.dag_records import BranchMode
+from dagperf.dataset.formats.dag_jsonl.edges import BACKGROUND
+from dagperf.dataset.formats.dag_jsonl.lines import Conversation, Interned
+from dagperf.dataset.formats.dag_jsonl.reader import DagDataset
+from dagperf.dataset.formats.dag_jsonl.records import BranchMode
 from dagperf.dataset.loader import DatasetError, Problem
 from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Shape, Tree
 

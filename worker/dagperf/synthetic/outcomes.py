@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dagperf.dataset.mooncake import TraceDataset
+    from dagperf.dataset.specs import TraceDataset
 
 TraceReader = Callable[[Iterable[bytes], str], "TraceDataset"]
 

@@ -41,7 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dagperf.dataset.conversations import Keys
+from dagperf.dataset.formats.untimed_content_multi_turn import Keys
 from dagperf.synthetic.outcomes import ConfigError, LmevalSource, TraceReader, TraceSource
 
 log = logging.getLogger("dagperf")
@@ -181,14 +181,14 @@ def _reader(
 ) -> TraceReader | None:
     """The flavour's reader given its options, or None when the dataset type reads it as is."""
     if kind == "untimed_content_multi_turn":
-        from dagperf.dataset.conversations import read_conversations
+        from dagperf.dataset.formats.untimed_content_multi_turn import read_conversations
 
         keys = Keys(**{KEY_FIELDS[k]: str(v) for k, v in flavor.items() if k in KEY_FIELDS})
         return functools.partial(read_conversations, keys=keys)
     if kind == "shared_prefix":
+        from dagperf.dataset.formats.mooncake_trace import BLOCK_SIZE
+        from dagperf.dataset.formats.shared_prefix import read_shared_prefix
         from dagperf.dataset.limits import MAX_PROMPT_TOKENS
-        from dagperf.dataset.mooncake import BLOCK_SIZE
-        from dagperf.dataset.shared_prefix import read_shared_prefix
 
         size = _whole(flavor.get("block_size", BLOCK_SIZE), "flavor.block_size", source)
         if not 1 <= size <= MAX_PROMPT_TOKENS:
@@ -196,7 +196,7 @@ def _reader(
                                        f"and {MAX_PROMPT_TOKENS:,}, got {size:,}"])  # fmt: skip
         return functools.partial(read_shared_prefix, block_size=size)
     if kind == "rag":
-        from dagperf.dataset.rag import NUM_DOCUMENTS, read_rag
+        from dagperf.dataset.formats.rag import NUM_DOCUMENTS, read_rag
 
         count = _whole(flavor.get("num_documents", NUM_DOCUMENTS), "flavor.num_documents", source)
         seed = _whole(data.get("seed", VEEKSHA_SEED), "seed", source, "")

@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from dagperf.dataset.dag_records import Branch, BranchMode
+from dagperf.dataset.formats.dag_jsonl.records import Branch, BranchMode
 
 # Edge kinds, ordered so that `kind <= BACKGROUND` means a FORK.
 FORK, BACKGROUND, SPAWN, PRE_SESSION = 0, 1, 2, 3

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dagperf.dataset.dag_edges import NO_TURN, PRE_SESSION, Edges
-from dagperf.dataset.dag_records import ConversationRecord, TurnRecord
+from dagperf.dataset.formats.dag_jsonl.edges import NO_TURN, PRE_SESSION, Edges
+from dagperf.dataset.formats.dag_jsonl.records import ConversationRecord, TurnRecord
 
 _SYSTEM_HINT = (
     "chat templates ignore a system message after position 0, and history is appended, so put "

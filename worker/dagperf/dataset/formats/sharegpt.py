@@ -35,16 +35,16 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 from typing import Any
 
-from dagperf.dataset.aiperf_custom import LIMIT_FIELD
-from dagperf.dataset.conversations import Keys, turn_pairs
+from dagperf.dataset.formats.single_turn import LIMIT_FIELD
+from dagperf.dataset.formats.untimed_content_multi_turn import Keys, turn_pairs
 from dagperf.dataset.loader import Problems, jsonl_lines, object_lines
-from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.specs import (
     REFUSED_CONTEXT_MODE,
     ContextMode,
     GraphNode,
     Payload,
     SessionSpec,
+    TraceDataset,
 )
 from dagperf.dataset.text import text_tokens
 from dagperf.runtime.gcpause import gc_paused
@@ -83,10 +83,13 @@ def read_sharegpt(
             taken.add(key)
             specs.append(_spec(key, [(p, r, n) for p, r, _, n in turns], mode))
         if not specs:
-            problems.add(None, f"no conversation to send: none of its {len(records)} records "
-                         "has a human message answered by gpt with every turn in AIPerf's "
-                         "bounds (a prompt of 4 to 1024 tokens, a reply of 4 or more, 2048 "
-                         "together)")  # fmt: skip
+            problems.add(
+                None,
+                f"no conversation to send: none of its {len(records)} records "
+                "has a human message answered by gpt with every turn in AIPerf's "
+                "bounds (a prompt of 4 to 1024 tokens, a reply of 4 or more, 2048 "
+                "together)",
+            )
             problems.raise_any()
     return TraceDataset(specs, ContextMode.DELTAS_WITHOUT_RESPONSES, timed=False)
 
@@ -180,13 +183,18 @@ def _read_record(
         return None
     messages = record.get(ROLES.column)
     if not isinstance(messages, list):
-        problems.add(lineno, f"{ROLES.column}: required, a list of messages with "
-                     f"'{ROLES.role}' and '{ROLES.content}'")  # fmt: skip
+        problems.add(
+            lineno,
+            f"{ROLES.column}: required, a list of messages with "
+            f"'{ROLES.role}' and '{ROLES.content}'",
+        )
         return None
     bad = [j for j, m in enumerate(messages) if not isinstance(m, dict)]
     for j in bad:
-        problems.add(lineno, f"{ROLES.column}[{j}]: expected an object with '{ROLES.role}' "
-                     f"and '{ROLES.content}'")  # fmt: skip
+        problems.add(
+            lineno,
+            f"{ROLES.column}[{j}]: expected an object with '{ROLES.role}' and '{ROLES.content}'",
+        )
     mode = _context_mode(record, lineno, problems)
     if bad or len(messages) < 2:
         return None if bad else ([], mode)
@@ -211,8 +219,9 @@ def _strings(
         value = m.get(ROLES.content)
         if value is not None and not isinstance(value, str):
             j = next(k for k, other in enumerate(messages) if other is m)
-            problems.add(lineno, f"{ROLES.column}[{j}].{ROLES.content}: a string, got "
-                         f"{type(value).__name__}")  # fmt: skip
+            problems.add(
+                lineno, f"{ROLES.column}[{j}].{ROLES.content}: a string, got {type(value).__name__}"
+            )
             fine = False
     return fine
 

@@ -12,7 +12,7 @@ because a user fixing a generated file wants the whole list.
 
 What is kept of a line is small: where it lies (read again when a run reaches it,
 `line_store`), its line number, its turn count and, for a conversation that starts others, its
-branches as numbered edges (`dag_edges`). The prompts stay in the file.
+branches as numbered edges (`edges`). The prompts stay in the file.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from dagperf.dataset.dag_edges import EdgeList, Edges
-from dagperf.dataset.dag_lines import (
+from dagperf.dataset.formats.dag_jsonl.edges import EdgeList, Edges
+from dagperf.dataset.formats.dag_jsonl.line_store import LineStore, Spans
+from dagperf.dataset.formats.dag_jsonl.lines import (
     check_line,
     check_lines,
     read_slowly,
@@ -35,11 +36,10 @@ from dagperf.dataset.dag_lines import (
     sets_messages,
     system_positions,
 )
-from dagperf.dataset.dag_records import Checked, ForkRecord, conversation_branches
+from dagperf.dataset.formats.dag_jsonl.records import Checked, ForkRecord, conversation_branches
+from dagperf.dataset.formats.dag_jsonl.rules import conversation_problems, file_problems
 from dagperf.dataset.limits import MAX_DEPTH, line_problem, suspect_digits
-from dagperf.dataset.line_store import LineStore, Spans
 from dagperf.dataset.loader import MAX_PROBLEMS, STOPPED_READING, DatasetError, Problem, capped
-from dagperf.dataset.rules import conversation_problems, file_problems
 
 BATCH_BYTES = 1 << 20
 _BOM = b"\xef\xbb\xbf"
@@ -266,9 +266,16 @@ class FilePass:
         (its line numbers counted from 1, its conversations from 0)."""
         self.edges.number(self.ids)
         return Part(
-            self.problems, msgspec.msgpack.encode(self._sids()), self.line_numbers, self.turns,
-            self.store.spans(), self.edges, self.opening_system, self.models, self.unparsed,
-        )  # fmt: skip
+            self.problems,
+            msgspec.msgpack.encode(self._sids()),
+            self.line_numbers,
+            self.turns,
+            self.store.spans(),
+            self.edges,
+            self.opening_system,
+            self.models,
+            self.unparsed,
+        )
 
     def merge(self, part: Part, lines_before: int) -> None:
         """A later part of the file read by another pass, which started `lines_before` lines

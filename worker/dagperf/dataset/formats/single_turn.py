@@ -1,10 +1,10 @@
-"""AIPerf's custom dataset types `single_turn` and `multi_turn`, with AIPerf 0.13's file shapes
-and what it sends for them on a chat endpoint (tests compare against requests AIPerf sent).
+"""AIPerf's custom dataset type `single_turn`, with AIPerf 0.13's file shape and what it sends
+for it on a chat endpoint (tests compare against requests AIPerf sent). Its rows are the turns of
+`multi_turn` too, and its conversations are put together here for both.
 
-    single_turn:  {"text": "What is deep learning?"}
-                  {"texts": ["Who are you?", "Hello"], "output_length": 32, "extra": {"top_p": 1}}
-                  {"session_id": "s1", "text": "first"}  {"session_id": "s1", "text": "second"}
-    multi_turn:   {"session_id": "c1", "turns": [{"text": "Hello"}, {"text": "More", "delay": 20}]}
+    {"text": "What is deep learning?"}
+    {"texts": ["Who are you?", "Hello"], "output_length": 32, "extra": {"top_p": 1}}
+    {"session_id": "s1", "text": "first"}  {"session_id": "s1", "text": "second"}
 
 A turn's content is its `text`, or its `texts` (strings, or AIPerf's named fields
 `{"name", "contents"}`): one text is sent as a string, several as text parts (empty ones left
@@ -15,11 +15,7 @@ conversation's arrival on a fixed schedule (the first turn's; a file is timed wh
 conversation has one).
 
 single_turn rows are conversations of one request, except rows sharing a `session_id`: those are
-sent in file order, each as written (`message_array_with_responses`). multi_turn conversations
-accumulate (`deltas_without_responses`): each turn continues the previous turn's context and its
-live reply; entries sharing a `session_id` are one conversation. A leading text-only system turn
-(one, not two in a row) is not a request: its text leads every request's messages, as AIPerf
-hoists it. A conversation may set its own `context_mode`.
+sent in file order, each as written (`message_array_with_responses`).
 
 Images, audio and video are refused with a clear message: dagperf sends text. Unknown fields are
 refused too (AIPerf ignores them), so a typo such as `output_lenght` fails the load instead of
@@ -35,8 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from dagperf.dataset.limits import ArrivalMs, OutputTokens, WaitMs
 from dagperf.dataset.loader import Problems, validated_lines
-from dagperf.dataset.mooncake import TraceDataset
-from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
+from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.runtime.gcpause import gc_paused
 
 MEDIA = ("image", "images", "image_uuids", "audio", "audios", "video", "videos")
@@ -116,26 +111,12 @@ class Turn(TextRow):
         return Payload.of([*(lead or []), self.message()], extra=extra or None)
 
 
-class Conversation(BaseModel):
-    """One multi_turn line."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: Literal["multi_turn"] | None = None
-    session_id: StrictStr | None = Field(default=None, min_length=1)
-    turns: list[Turn] = Field(min_length=1)
-    context_mode: ContextMode | None = None
-
-
 def read_single_turn(lines: Iterable[bytes], source: str) -> TraceDataset:
     with gc_paused():
-        return _read(_single_turn_rows(lines, source), source, single=True)
+        return conversations_of(_single_turn_rows(lines, source), source, single=True)
 
 
-def read_multi_turn(lines: Iterable[bytes], source: str) -> TraceDataset:
-    with gc_paused():
-        return _read(_multi_turn_rows(lines, source), source, single=False)
-
-
+# Per line: its file's problems, the line, the session_id, its turns and its context_mode.
 Rows = Iterator[tuple[Problems, int, str | None, list[Turn], ContextMode | None]]
 
 
@@ -145,25 +126,15 @@ def _single_turn_rows(lines: Iterable[bytes], source: str) -> Rows:
         yield problems, lineno, None if row is None else row.session_id, [row] if row else [], None
 
 
-def _multi_turn_rows(lines: Iterable[bytes], source: str) -> Rows:
-    problems = Problems(source)
-    for lineno, _, conv in validated_lines(lines, Conversation, problems, "one conversation"):
-        if conv is not None and (nested := [t for t in conv.turns if t.session_id]):
-            problems.add(lineno, f"turns: a turn's session_id ('{nested[0].session_id}') is "
-                         "not read; give the conversation's session_id instead")  # fmt: skip
-            conv = None
-        turns = [] if conv is None else list(conv.turns)
-        mode = None if conv is None else conv.context_mode
-        yield problems, lineno, None if conv is None else conv.session_id, turns, mode
-
-
 class _Conversation:
     def __init__(self, line: int, mode: ContextMode | None):
         self.line, self.mode = line, mode
         self.turns: list[Turn] = []
 
 
-def _read(rows: Rows, source: str, single: bool) -> TraceDataset:
+def conversations_of(rows: Rows, source: str, single: bool) -> TraceDataset:
+    """The conversations of single_turn rows (`single`) or of multi_turn lines: rows sharing a
+    session_id are one conversation, the others get an id from their line."""
     conversations: dict[str, _Conversation] = {}
     generated: dict[str, int] = {}  # ids given to conversations without one, by line
     problems: Problems | None = None
@@ -171,14 +142,20 @@ def _read(rows: Rows, source: str, single: bool) -> TraceDataset:
         if not turns:
             continue
         if sid in generated:
-            problems.add(lineno, f"session_id: '{sid}' is the id given to the conversation "
-                         f"without one on line {generated[sid]}; choose another")  # fmt: skip
+            problems.add(
+                lineno,
+                f"session_id: '{sid}' is the id given to the conversation "
+                f"without one on line {generated[sid]}; choose another",
+            )
             continue
         key = sid if sid is not None else f"line-{lineno:06d}"
         if sid is None:
             if key in conversations:
-                problems.add(lineno, f"session_id: missing, and the id '{key}' it would get is "
-                             "taken; give it a session_id")  # fmt: skip
+                problems.add(
+                    lineno,
+                    f"session_id: missing, and the id '{key}' it would get is "
+                    "taken; give it a session_id",
+                )
                 continue
             generated[key] = lineno
         found = conversations.setdefault(key, _Conversation(lineno, mode))
@@ -191,8 +168,11 @@ def _read(rows: Rows, source: str, single: bool) -> TraceDataset:
     timed = [c for c in conversations.values() if c.turns[0].timestamp is not None]
     if timed and len(timed) < len(conversations):
         untimed = next(c for c in conversations.values() if c.turns[0].timestamp is None)
-        problems.add(untimed.line, f"timestamp: missing, but line {timed[0].line} has one: "
-                     "give every conversation a timestamp or none")  # fmt: skip
+        problems.add(
+            untimed.line,
+            f"timestamp: missing, but line {timed[0].line} has one: "
+            "give every conversation a timestamp or none",
+        )
     problems.raise_any()
     default = ContextMode.MESSAGE_ARRAY_WITH_RESPONSES if single else None
     specs = [_spec(key, c, default, single) for key, c in conversations.items()]

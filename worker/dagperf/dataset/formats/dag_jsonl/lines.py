@@ -17,8 +17,13 @@ from typing import NamedTuple
 import msgspec
 from pydantic import ValidationError
 
-from dagperf.dataset.dag_jsonl import DagConversation
-from dagperf.dataset.dag_records import Branch, Checked, Sendable, conversation_branches
+from dagperf.dataset.formats.dag_jsonl.records import (
+    Branch,
+    Checked,
+    Sendable,
+    conversation_branches,
+)
+from dagperf.dataset.formats.dag_jsonl.schema import DagConversation
 from dagperf.dataset.limits import line_problem, too_deep
 from dagperf.dataset.loader import describe
 from dagperf.dataset.specs import Payload
@@ -83,9 +88,14 @@ def conversation(record: Sendable, intern: Interned) -> Conversation:
     for turn in record.turns:  # one plain loop: this runs once per turn of every tree built
         model = turn.model
         payloads.append(
-            Payload(bytes(turn.messages), model and intern(model), turn.max_tokens, turn.tools,
-                    turn.extra)
-        )  # fmt: skip
+            Payload(
+                bytes(turn.messages),
+                model and intern(model),
+                turn.max_tokens,
+                turn.tools,
+                turn.extra,
+            )
+        )
         delays.append(turn.delay / 1000.0)
     branched = record.pre_session_spawns or any(t.forks or t.spawns for t in record.turns)
     branches = tuple(conversation_branches(record)) if branched else ()

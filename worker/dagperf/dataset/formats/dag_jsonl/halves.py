@@ -18,8 +18,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import BinaryIO
 
-from dagperf.dataset.dag_pass import Chunks, FilePass, Part
-from dagperf.dataset.line_store import LineStore
+from dagperf.dataset.formats.dag_jsonl.file_pass import Chunks, FilePass, Part
+from dagperf.dataset.formats.dag_jsonl.line_store import LineStore
 from dagperf.dataset.loader import DatasetError
 
 SPLIT_BYTES = 64 << 20  # below this, forking costs more than it saves

@@ -22,9 +22,6 @@ A session arrives at its first row's `timestamp`. Only a session's arrival is on
 later turn cannot be sent at its own timestamp when it has to wait for a reply, so later
 timestamps are only checked to not go backwards. A file is timed when every row has a timestamp;
 one where only some do is refused, as it could run neither on its schedule nor without it.
-
-`TraceDataset` is what every trace loader returns (timed_synthetic_session too): the sessions,
-in arrival order when timed, and the format's default context mode, for `compile_sessions`.
 """
 
 from __future__ import annotations
@@ -47,21 +44,12 @@ from dagperf.dataset.specs import (
     GraphNode,
     Payload,
     SessionSpec,
+    TraceDataset,
 )
 from dagperf.runtime.gcpause import gc_paused
 
 BLOCK_SIZE = 512  # tokens per hash id, as in the published Mooncake traces
 BlockId = Annotated[int, Field(ge=0, strict=True)]
-
-
-@dataclass(frozen=True)
-class TraceDataset:
-    """A validated trace: what `compile_sessions(source, specs, loader_mode)` takes."""
-
-    specs: list[SessionSpec]  # by start time when timed, else in file order
-    loader_mode: ContextMode | None  # the format's default context mode; None: the global one
-    timed: bool  # every session has a start_s
-    warmup: tuple[SessionSpec, ...] = ()  # sent first, one at a time, never measured (rag's)
 
 
 class MooncakeRow(BaseModel):
@@ -300,7 +288,6 @@ def _payload(lineno: int, row: MooncakeRow, block_size: int) -> Payload:
 __all__ = [
     "BLOCK_SIZE",
     "MooncakeRow",
-    "TraceDataset",
     "load_mooncake_trace",
     "read_mooncake_trace",
 ]

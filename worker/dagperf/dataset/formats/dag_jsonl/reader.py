@@ -1,6 +1,6 @@
 """Read a dag_jsonl file into a validated dataset, or refuse it with every problem at once.
 
-The pass over the file (`dag_pass`, in two processes for a large file: `dag_halves`) keeps of
+The pass over the file (`file_pass`, in two processes for a large file: `halves`) keeps of
 each line where it lies, its number and turn count, and the branches as numbered edges; the
 whole-file rules run over those, and the dataset a run gets reads each conversation back from
 the file when a tree that holds it is built.
@@ -19,10 +19,10 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from dagperf.dataset.dag_edges import Edges
-from dagperf.dataset.dag_halves import read_file
-from dagperf.dataset.dag_lines import Conversation, Interned, conversation, sendable
-from dagperf.dataset.line_store import LineStore
+from dagperf.dataset.formats.dag_jsonl.edges import Edges
+from dagperf.dataset.formats.dag_jsonl.halves import read_file
+from dagperf.dataset.formats.dag_jsonl.line_store import LineStore
+from dagperf.dataset.formats.dag_jsonl.lines import Conversation, Interned, conversation, sendable
 from dagperf.dataset.loader import load_file, parse_stream
 from dagperf.runtime.gcpause import gc_paused
 

@@ -25,6 +25,7 @@ from pydantic import (
 
 from dagperf.dataset.content import RequestContent
 from dagperf.dataset.limits import WaitMs
+from dagperf.dataset.loader import BARE, OBJECT
 
 SessionId = Annotated[str, Field(min_length=1, description="A conversation's session_id.")]
 
@@ -32,9 +33,9 @@ SessionId = Annotated[str, Field(min_length=1, description="A conversation's ses
 def _entry_form(value: Any) -> str | None:
     """Route a branch entry to its bare-string or object form; anything else is refused."""
     if isinstance(value, str):
-        return "bare"
+        return BARE
     if isinstance(value, dict):
-        return "object"
+        return OBJECT
     return None
 
 
@@ -67,7 +68,7 @@ class SpawnEntry(BaseModel):
 def _bare_or_object(model: type[BaseModel], key: str, shape: str) -> Any:
     """A branch entry: a bare session id, or the object form `model`, with one clear error."""
     return Annotated[
-        Annotated[SessionId, Tag("bare")] | Annotated[model, Tag("object")],
+        Annotated[SessionId, Tag(BARE)] | Annotated[model, Tag(OBJECT)],
         Discriminator(
             _entry_form,
             custom_error_type=f"{key}_entry",
@@ -82,8 +83,6 @@ if TYPE_CHECKING:  # what the validators below produce
 else:
     ForkItem = _bare_or_object(ForkEntry, "forks", '{"child": ..., "background": ...}')
     SpawnItem = _bare_or_object(SpawnEntry, "spawns", '{"children": [...], "join_at": ...}')
-#: Tags the discriminated unions above add to error locations; they are not keys in the file.
-UNION_TAGS = frozenset({"bare", "object"})
 
 
 class DagTurn(RequestContent):

@@ -20,9 +20,8 @@ from typing import Any
 
 from dagperf.dataset.limits import MAX_PROMPT_TOKENS, MAX_TOKENS
 from dagperf.dataset.loader import Problems
-from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.prompts import passage
-from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
+from dagperf.dataset.specs import GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.dataset.tables import table_rows
 from dagperf.runtime.gcpause import gc_paused
 

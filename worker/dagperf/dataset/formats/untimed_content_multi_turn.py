@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagperf.dataset.loader import Problems, jsonl_lines, object_lines
-from dagperf.dataset.mooncake import TraceDataset
-from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
+from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.dataset.text import text_tokens
 from dagperf.runtime.gcpause import gc_paused
 

@@ -19,8 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dagperf.dataset.content import with_roles
 from dagperf.dataset.loader import DatasetError, Problem, Problems, read_files, validated_lines
-from dagperf.dataset.mooncake import TraceDataset
-from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec
+from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.runtime.gcpause import gc_paused
 
 

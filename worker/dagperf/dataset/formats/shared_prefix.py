@@ -33,12 +33,12 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dagperf.dataset.formats.mooncake_trace import BLOCK_SIZE, BlockId
+from dagperf.dataset.formats.timed_synthetic_session import Id, session_id_of
 from dagperf.dataset.limits import MAX_PROMPT_TOKENS, OutputTokens, PromptTokens, WaitSeconds
 from dagperf.dataset.loader import Problems, validated_lines
-from dagperf.dataset.mooncake import BLOCK_SIZE, BlockId, TraceDataset
 from dagperf.dataset.prompts import blocks_prompt, passage
-from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
-from dagperf.dataset.timed_sessions import Id, session_id_of
+from dagperf.dataset.specs import GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.runtime.gcpause import gc_paused
 
 
@@ -104,8 +104,10 @@ def _payload(lineno: int, row: SharedPrefixRow, first: bool, block_size: int) ->
             return "hash_ids: a session's first row needs at least one id (its prompt's blocks)"
         tokens = block_size * len(row.hash_ids)
         if tokens > MAX_PROMPT_TOKENS:
-            return (f"hash_ids: {len(row.hash_ids):,} blocks of {block_size:,} tokens make a "
-                    f"prompt longer than {MAX_PROMPT_TOKENS:,} tokens")  # fmt: skip
+            return (
+                f"hash_ids: {len(row.hash_ids):,} blocks of {block_size:,} tokens make a "
+                f"prompt longer than {MAX_PROMPT_TOKENS:,} tokens"
+            )
         text = blocks_prompt(row.hash_ids, tokens, block_size)
     else:
         if row.new_input_length is None:

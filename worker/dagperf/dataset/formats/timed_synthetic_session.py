@@ -47,7 +47,6 @@ from dagperf.dataset.limits import (
     too_deep,
 )
 from dagperf.dataset.loader import Problems, load_file, validated_lines
-from dagperf.dataset.mooncake import TraceDataset
 from dagperf.dataset.prompts import passage
 from dagperf.dataset.specs import (
     REFUSED_CONTEXT_MODE,
@@ -55,6 +54,7 @@ from dagperf.dataset.specs import (
     GraphNode,
     Payload,
     SessionSpec,
+    TraceDataset,
     parents_first,
 )
 from dagperf.runtime.gcpause import gc_paused

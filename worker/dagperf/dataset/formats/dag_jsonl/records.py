@@ -1,6 +1,6 @@
 """dag_jsonl lines as msgspec structs, and the branches a conversation declares.
 
-The structs state what the pydantic models of `dag_jsonl.py` state, so msgspec can decode a
+The structs state what the pydantic models of `schema.py` state, so msgspec can decode a
 line in one C pass; the models stay the authority on wording and describe a line the structs
 refuse (rare, and worth a second parse for a good message). tests/test_dataset_fuzz.py holds
 the two to the same verdicts. A turn's messages come in two forms: `Checked` reads their roles

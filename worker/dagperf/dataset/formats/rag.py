@@ -31,8 +31,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, V
 
 from dagperf.dataset.limits import OutputTokens, PromptTokens
 from dagperf.dataset.loader import Problems, describe
-from dagperf.dataset.mooncake import TraceDataset
-from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
+from dagperf.dataset.specs import GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.dataset.tables import table_rows
 from dagperf.runtime.gcpause import gc_paused
 

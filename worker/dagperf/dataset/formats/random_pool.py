@@ -32,10 +32,9 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from dagperf.dataset.aiperf_custom import TextRow, text_content
+from dagperf.dataset.formats.single_turn import TextRow, text_content
 from dagperf.dataset.loader import DatasetError, Problem, Problems, read_files, validated_lines
-from dagperf.dataset.mooncake import TraceDataset
-from dagperf.dataset.specs import GraphNode, Payload, SessionSpec
+from dagperf.dataset.specs import GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.runtime.gcpause import gc_paused
 
 DEFAULT_DRAWS = 100  # AIPerf's pool dataset size when no count is given
