@@ -126,3 +126,28 @@ def test_a_600_deep_fork_chain_keeps_the_summary_lines_short(tmp_path):
     assert depths.count(" req") == 5  # four depths named, then the rest counted
     assert "| 596 more depths (596 req): see dag_report in profile_export_aiperf.json" in depths
     assert max(len(line) for line in result.stdout.splitlines()) < 400
+
+
+def test_logging_follows_stderr_after_a_command_ran_in_process(monkeypatch):
+    """`dagperf profile` run in-process (as the tests and a notebook do) sets up logging while
+    stderr is one stream; when that one is closed and another takes its place, later log lines
+    (kopf's, say) go to the new one instead of failing as '--- Logging error ---' blocks."""
+    import io
+    import logging
+
+    from dagperf.runtime.logs import setup_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        first, second = io.StringIO(), io.StringIO()
+        monkeypatch.setattr("sys.stderr", first)
+        setup_logging()
+        logging.getLogger("kopf.activities").info("Initial authentication has been initiated.")
+        first.close()
+        monkeypatch.setattr("sys.stderr", second)
+        logging.getLogger("kopf.activities").info("Initial authentication has finished.")
+        assert second.getvalue().endswith(" INFO Initial authentication has finished.\n")
+        assert "Logging error" not in second.getvalue()
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
