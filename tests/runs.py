@@ -158,7 +158,7 @@ def file_server(directory: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        server.wait(timeout=60)
 
 
 async def spawn(*args: str) -> asyncio.subprocess.Process:

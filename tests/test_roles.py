@@ -261,7 +261,7 @@ async def test_a_worker_stops_on_sigterm(keys):
     worker = await spawn_worker(free_address(), "w", keys, "http://127.0.0.1:9", "--processes", "2")
     await until_children(worker.pid, 2)
     worker.send_signal(signal.SIGTERM)
-    assert await asyncio.wait_for(worker.wait(), 10) == 0
+    assert await asyncio.wait_for(worker.wait(), 60) == 0
 
 
 async def test_a_worker_waiting_for_its_scheduler_stops_cleanly_on_sigterm(keys):
@@ -276,7 +276,7 @@ async def test_a_worker_waiting_for_its_scheduler_stops_cleanly_on_sigterm(keys)
         frames = await asyncio.wait_for(silent.recv_multipart(), 30)
         assert frames[0] == b"w" and frames[1] == protocol.VERSION  # it said Hello
         worker.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(worker.communicate(), 10)
+        _, err = await asyncio.wait_for(worker.communicate(), 60)
     finally:
         silent.close()
     assert worker.returncode == 0 and "Traceback" not in err.decode(), err.decode()
