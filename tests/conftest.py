@@ -4,10 +4,13 @@ subreaper of everything it starts."""
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from pathlib import Path
 
 import pytest
+
+from dagperf.runtime.logs import CurrentStderr
 
 import image_runtime
 from control_plane import ControlPlane
@@ -77,3 +80,17 @@ def pytest_configure(config: pytest.Config) -> None:
     PID 1's, so a test that checks nothing was left behind looks only at its own session."""
     pr_set_child_subreaper = 36
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was():
+    """A test that runs a command in this process (`main(["profile", ...])`) sets up the
+    command's logging: the root logger at INFO, writing to stderr. Undone after it, or every
+    later test's in-process operator (kopf, in a thread) would print its INFO lines between
+    pytest's own."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in [h for h in root.handlers if isinstance(h, CurrentStderr)]:
+        root.removeHandler(handler)
+    root.setLevel(level)

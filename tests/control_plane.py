@@ -198,6 +198,18 @@ class Client:
     async def gone(self, path: str, timeout: float = 60) -> None:
         await eventually(lambda: self.get(path), lambda found: found is None, timeout)
 
+    async def changes(self, collection: str, name: str, since: str) -> AsyncIterator[dict]:
+        """Every change to the object `name` of `collection` after resourceVersion `since`, as
+        the server's watch events ({"type": "MODIFIED", "object": ...}): a watch from a version
+        replays what happened since, so no state between two polls can be missed."""
+        query = f"?watch=1&resourceVersion={since}&fieldSelector=metadata.name%3D{name}"
+        async with self.session.get(self.url + collection + query) as r:
+            if r.status >= 300:
+                raise ApiError("GET", collection + query, r.status, await r.text())
+            async for line in r.content:
+                if line.strip():
+                    yield json.loads(line)
+
     async def token(self, namespace: str, account: str, seconds: int = 3600) -> str:
         """A token for a service account, by the TokenRequest API as a kubelet gets one."""
         answer = await self.create(

@@ -1,7 +1,9 @@
 """A Kubernetes API to test the operator against: kmock's emulator, made a little more real.
 
 kmock stores objects as JSON and serves them over real HTTP. This adds what an API server
-stamps on objects (uid, resourceVersion, creationTimestamp, generation on spec changes); answers
+stamps on objects (uid, resourceVersion, creationTimestamp, generation on spec changes, a name
+from generateName: without one every Event after a namespace's first was refused as a
+conflict, and lost); answers
 a failed JSON-patch `test` with 422 as the API server does (kopf then retries on its next cycle,
 where a 500 would make it repeat the stale patch) and a missing object with reason NotFound
 (kubectl 1.20 relies on it); serves core discovery as `v1` (kmock says
@@ -79,6 +81,8 @@ class Cluster(kmock.KubernetesEmulator):
                 )
                 meta["generation"] = 1
                 meta["resourceVersion"] = str(next(self._versions))
+                if "name" not in meta and "generateName" in meta:  # as kopf's Events are
+                    meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
                 if request.namespace:
                     meta.setdefault("namespace", request.namespace)
             elif request.action == kmock.action.UPDATE and request.name is not None:

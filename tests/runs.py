@@ -158,7 +158,7 @@ def file_server(directory: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        server.wait(timeout=60)
 
 
 async def spawn(*args: str) -> asyncio.subprocess.Process:
@@ -174,6 +174,10 @@ async def spawn_scheduler(
 ) -> asyncio.subprocess.Process:
     common = ["--input-file", str(dataset), "--url", url, "--model", "m", "--bind", address]
     common += ["--keys", str(keys), "--artifact-dir", str(out), "--quiet"]
+    # Not the role's 9090 on every address: a free port on loopback, so that schedulers of
+    # tests running side by side (pytest -n, another checkout's suite) do not meet. A test
+    # that reads /status names its own port in `flags`, which come later and win.
+    common += ["--metrics-host", "127.0.0.1", "--metrics-port", "0"]
     return await spawn("scheduler", *common, *flags)
 
 

@@ -72,7 +72,7 @@ def test_validate_refuses_junk_without_a_traceback(tmp_path, content):
 def test_validate_a_missing_file():
     result = run("validate", "no/such/file.jsonl")
     assert result.returncode == 1
-    assert "no/such/file.jsonl: cannot read: No such file or directory" in result.stdout
+    assert result.stdout == "dagperf: no such file: no/such/file.jsonl\n"
 
 
 def test_usage_errors_exit_2_with_a_message():

@@ -423,9 +423,17 @@ async def test_status_stays_right_while_others_write_the_benchmark(cluster):
 
 async def test_a_finished_benchmark_goes_after_its_ttl_and_takes_its_children(cluster):
     cluster.gate.open()
-    await cluster.start(load={"concurrency": 3}, ttlSecondsAfterFinished=1)
-    await cluster.until("demo", phase("Succeeded"))
-    await cluster.api.gone(cluster.path("demo"))  # deleted by the operator's TTL timer
+    created = await cluster.start(load={"concurrency": 3}, ttlSecondsAfterFinished=1)
+    since = created["metadata"]["resourceVersion"]
+    events = []  # watched, not polled: the 1 s TTL can end the Benchmark between two polls
+    async with asyncio.timeout(120):
+        async for event in cluster.api.changes(cluster.path(), "demo", since):
+            events.append(event)
+            if event["type"] == "DELETED":  # by the operator's TTL timer
+                break
+    succeeded = [i for i, e in enumerate(events) if phase("Succeeded")(e["object"])]
+    assert succeeded and events[-1]["type"] == "DELETED", [e["type"] for e in events]
+    assert not any(e["object"]["metadata"].get("deletionTimestamp") for e in events[: succeeded[0]])
     await eventually(lambda: cluster.owned("demo"), lambda left: left == {}, timeout=60)
     await eventually(lambda: cluster.pods("demo-"), lambda left: left == [], timeout=60)
     # What it measured stays on the volume: the claim is the user's, not the Benchmark's.

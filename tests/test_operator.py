@@ -495,7 +495,7 @@ async def test_a_deleted_benchmark_goes_away_while_its_run_is_watched(kube):
     _, api, _ = kube
     await created(api)
     await api.delete(f"{BENCH}/demo")
-    await api.gone(NS, "demo", timeout=10)
+    await api.gone(NS, "demo", timeout=60)
 
 
 async def test_a_restarted_operator_creates_nothing_twice_and_picks_the_run_up(kube):
@@ -509,6 +509,21 @@ async def test_a_restarted_operator_creates_nothing_twice_and_picks_the_run_up(k
         r.resource.plural for r in posts if r.resource.plural in ("jobs", "deployments", "services")
     ]
     assert sorted(kinds) == ["deployments", "jobs", "services"]
+
+
+async def test_each_benchmark_gets_its_own_warning_event(kube):
+    """Two Benchmarks refused at once: each is told why in an Event of its own (a second Event
+    in a namespace used to be refused as a name conflict, and kopf drops what it cannot post)."""
+    cluster, api, _ = kube
+    names = {"broken-a", "broken-b"}
+    for name in names:
+        await api.create(BENCH, benchmark(name, dataset={"configMapRef": {"name": "absent"}}))
+
+    def warned_each(events: list[dict]) -> bool:
+        told = {e["involvedObject"]["name"] for e in events if e["reason"] == "ConfigMapNotFound"}
+        return told == names
+
+    await eventually(cluster.events, warned_each, timeout=60)
 
 
 async def test_the_operator_uses_exactly_the_rbac_it_asks_for(kube):

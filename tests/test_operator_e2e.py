@@ -330,7 +330,7 @@ def changing_file_server(first: Path, later: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        server.wait(timeout=60)
 
 
 async def test_a_url_dataset_changed_after_the_preflight_fails_in_the_init_container(

@@ -17,12 +17,16 @@ def quick_start() -> list[str]:
     return re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)
 
 
-def test_readme_quick_start_is_set_up_and_main_job_then_the_test_command():
+def test_readme_quick_start_is_set_up_and_main_job_then_the_test_command(tmp_path):
     setup_and_main, test_command = quick_start()
     assert setup_and_main.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
     main_job = setup_and_main.split(" && ")[-1]
-    result = subprocess.run(main_job, shell=True, cwd=ROOT, capture_output=True, text=True)
+    # As from the repository's root, but its artifacts/ made here: a checkout's own would get a
+    # new directory per run (a run never writes over an earlier one's).
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    result = subprocess.run(main_job, shell=True, cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert list(tmp_path.glob("artifacts/*/profile_export_aiperf.json"))
     assert test_command == "bash tests/run.sh"  # installs what the tests need, then runs them
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ci[-1] == test_command  # CI runs the same command, from the repository's root

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 
 import aiohttp
 import pytest
 
+from dagperf.metrics.live import TTFT_BUCKETS
 from dagperf.simulator import running_simulator
 
 from dagfile import conv, turn
@@ -70,5 +72,10 @@ async def test_prometheus_sees_the_histograms_and_branch_stats(prometheus, tmp_p
         with contextlib.suppress(ProcessLookupError):
             process.terminate()  # end the linger: Prometheus has what it needs
         run = await finish(process, directory, sim)
-    assert 0.02 < median <= 0.04  # the 30 ms server lands in the (20 ms, 40 ms] bucket
     assert run.summary["request_count"]["avg"] == 20
+    # Prometheus's median is in the bucket of the run's own median request (the 10th of 20):
+    # near 30 ms on a quiet machine, later on a busy one, the same bucket either way.
+    ttfts = sorted(r["metrics"]["time_to_first_token"]["value"] / 1000 for r in run.records)
+    edges = (0.0, *TTFT_BUCKETS, float("inf"))
+    low, high = next((a, b) for a, b in itertools.pairwise(edges) if a < ttfts[9] <= b)
+    assert low < median <= high, (median, ttfts)

@@ -19,6 +19,7 @@ from dagperf.report.compare import verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_TREE = ROOT / "examples" / "report" / "agent-tree.dag.jsonl"
+QUICK_START = ROOT / "examples" / "dag_jsonl" / "example.dag.jsonl"  # one session of five
 CHROMIUM = shutil.which("chromium")
 
 
@@ -218,3 +219,145 @@ def test_hostile_names_stay_text(tmp_path):
     assert seen.errors == [] and seen.dialogs == []
     assert hostile in seen.text and label in seen.text
     assert any(tick.startswith(f"{hostile} · ") for tick in seen.ticks)  # the timeline's lane
+
+
+# Every figure's text, its box, and (hovered) its toolbar's box, as the browser laid them out.
+LAYOUT = """
+(figure) => {
+  const box = (e) => { const r = e.getBoundingClientRect();
+                       return {x0: r.left, y0: r.top, x1: r.right, y1: r.bottom}; };
+  const texts = (selector) => [...figure.querySelectorAll(selector)]
+      .filter((e) => e.textContent.trim() && e.getBoundingClientRect().width > 0)
+      .map((e) => ({text: e.textContent, ...box(e)}));
+  const bar = figure.querySelector('.modebar');
+  return {
+    figure: box(figure),
+    title: texts('text.gtitle'),
+    axisTitles: texts('text.xtitle, text.ytitle, text.y2title'),
+    ticks: texts('g.xtick text, g.ytick text, g.y2tick text'),
+    notes: texts('g.annotation text'),
+    legend: texts('text.legendtext'),
+    toolbar: bar && bar.getBoundingClientRect().width > 0 ? box(bar) : null,
+    points: figure.querySelectorAll('.scatterlayer .point').length,
+    panels: [...figure.querySelectorAll('g.subplot')].map((g) => ({
+      name: g.getAttribute('class'),
+      lines: [...g.querySelectorAll('path.js-line')].map(box),
+    })),
+    dashes: [...figure.querySelectorAll('.scatterlayer path.js-line')]
+      .map((p) => p.style.strokeDasharray || 'solid'),
+  };
+}
+"""
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return (
+        a["x0"] < b["x1"] - 1
+        and b["x0"] < a["x1"] - 1
+        and (a["y0"] < b["y1"] - 1 and b["y0"] < a["y1"] - 1)
+    )
+
+
+def laid_out(path: Path) -> dict[str, dict]:
+    """Each figure's layout by its title, read with its toolbar showing (hovered), as a reader
+    about to use the toolbar sees it; in a window just wide enough for two charts side by side,
+    where they are narrowest."""
+    assert CHROMIUM, "needs Debian's chromium: apt-get install chromium (tests/run.sh does)"
+    out = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        page = browser.new_page(viewport={"width": 1100, "height": 1000})
+        page.goto(path.as_uri(), wait_until="load")
+        for figure in page.locator(".figure").all():
+            figure.scroll_into_view_if_needed()
+            figure.hover(position={"x": 5, "y": 5})
+            page.wait_for_function(
+                "(f) => f.querySelector('.modebar')", arg=figure.element_handle()
+            )
+            seen = figure.evaluate(LAYOUT)
+            out[seen["title"][0]["text"]] = seen
+        browser.close()
+    return out
+
+
+def assert_nothing_collides(figures: dict[str, dict]) -> None:
+    """No text outside its figure (a cut label), no axis title over a tick label or another
+    title, no toolbar over a title."""
+    for title, f in figures.items():
+        texts = f["title"] + f["axisTitles"] + f["ticks"] + f["notes"] + f["legend"]
+        for t in texts:
+            inside = f["figure"]["x0"] - 1 <= t["x0"] and t["x1"] <= f["figure"]["x1"] + 1
+            assert inside, f"{title}: {t['text']!r} is cut at the figure's edge"
+        for axis in f["axisTitles"]:
+            for other in f["ticks"] + f["title"] + f["notes"]:
+                assert not overlap(axis, other), f"{title}: {axis['text']!r} on {other['text']!r}"
+        assert f["toolbar"] is not None, f"{title}: no toolbar shown on hover"
+        for t in f["title"] + f["notes"]:
+            assert not overlap(f["toolbar"], t), f"{title}: the toolbar covers {t['text']!r}"
+
+
+@pytest.fixture(scope="module")
+def first_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Quick start's run, as a newcomer makes it: one session, the default directory."""
+    here = tmp_path_factory.mktemp("quick-start")
+    done = subprocess.run(
+        [sys.executable, "-m", "dagperf", "profile", "--input-file", str(QUICK_START),
+         "--custom-dataset-type", "dag_jsonl", "--report"],
+        capture_output=True, text=True, timeout=120, cwd=here,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return here / "artifacts" / "example-chat-concurrency1" / "report.html"
+
+
+def test_the_quick_starts_one_session_report_looks_deliberate(first_report):
+    figures = laid_out(first_report)
+    assert_nothing_collides(figures)
+    critical = figures["Critical path: share of session time"]
+    assert [t["text"] for t in critical["ticks"] if "example" in t["text"]] == [
+        "example-chat-concurrency1"
+    ]  # whole, and (above) inside its figure
+    # One session: its duration is a point with a note, not an empty chart.
+    for kind in ("CDF", "histogram"):
+        duration = figures[f"Session Duration: {kind}"]
+        assert duration["points"] >= 1, kind
+        (note,) = duration["notes"]
+        assert (
+            note["text"].startswith("one session (")
+            and "a distribution needs more" in (note["text"])
+        )
+    # Throughput: requests/s and tokens/s in panels of their own, one above the other.
+    top, bottom = figures["Throughput over time"]["panels"]
+    assert top["lines"] and bottom["lines"]
+    assert all(a["y1"] <= b["y0"] for a in top["lines"] for b in bottom["lines"])
+    text = first_report.read_text()
+    assert "1 session ·" in text and "1 sessions" not in text
+    glance = text.split('class="glance"', 1)[1].split("</table>", 1)[0]
+    assert "<td>Sessions</td><td>1</td>" in glance  # a count, not 1.00
+
+
+def test_a_comparison_keeps_long_names_whole_in_tooltips_and_overlaid_lines_apart(runs, tmp_path):
+    fast, slow = runs
+    long_name = "baseline-on-the-simulator-with-a-long-descriptive-name"
+    out = tmp_path / "compare.html"
+    write_report([fast, slow], out, labels=[long_name, "slow-ttft"])
+    figures = laid_out(out)
+    assert_nothing_collides(figures)
+    critical = figures["Critical path: share of session time"]
+    (short,) = [t["text"] for t in critical["ticks"] if "…" in t["text"]]
+    assert long_name.startswith(short.split("…")[0]) and long_name.endswith(short.split("…")[1])
+    assert len(short) <= 28
+    # Overlaid runs differ in dash as well as colour: two equal curves still show both.
+    for title in ("Request Latency: CDF", "Throughput over time"):
+        assert len(set(figures[title]["dashes"])) >= 2, title
+    # The whole name is one hover away.
+    assert CHROMIUM
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(out.as_uri(), wait_until="load")
+        bars = page.locator(".figure", has_text="Critical path").locator("g.point path")
+        bars.first.hover(force=True)
+        hover = page.locator(".hoverlayer .hovertext").first
+        hover.wait_for()
+        assert long_name in hover.text_content()
+        browser.close()

@@ -182,12 +182,14 @@ async def test_a_refused_connection_is_an_error_record(tmp_path):
 
 
 async def test_timeouts_and_malformed_streams_are_error_records(tmp_path):
+    release = asyncio.Event()
+
     async def garbage(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         body = await request.json()
         if body["messages"][0]["content"] == "slow":
-            await asyncio.sleep(5)
+            await release.wait()  # no answer until the run is over: the client's timeout ends it
         if body["messages"][0]["content"] == "error":
             await response.write(b'data: {"error": {"message": "overloaded", "code": 503}}\n\n')
         else:
@@ -199,9 +201,11 @@ async def test_timeouts_and_malformed_streams_are_error_records(tmp_path):
     names = ("slow", "junk", "error")
     lines = [conv(name, turn(messages=[{"role": "user", "content": name}])) for name in names]
     async with serving(app) as url:
-        flags = ("--model", "m", "--streaming", "--request-timeout-seconds", "0.5")
+        # Long enough that the two quick answers come within it on a busy machine.
+        flags = ("--model", "m", "--streaming", "--request-timeout-seconds", "3")
         process, directory = await start_profile(url, tmp_path, lines, *flags, "--concurrency", "3")
         run = await finish(process, directory, None)
+        release.set()
     assert run.returncode == 3, run.stderr  # every request failed
     errors = {r["metadata"]["conversation_id"]: r["error"] for r in run.records}
     assert errors["slow"]["type"] == "TimeoutError"

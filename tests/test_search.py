@@ -82,6 +82,7 @@ def test_no_load_meeting_the_objectives_exits_4_with_the_steps_written(tmp_path)
     assert done.returncode == 4, done.stderr
     assert results["best"] is None and len(results["steps"]) == 1
     assert "No concurrency tried met every objective." in done.stdout
+    assert f"Search results: {tmp_path / 'search' / 'search_results.json'}" in done.stdout
 
 
 def test_search_flags_are_checked_before_anything_runs(tmp_path):

@@ -64,7 +64,11 @@ def parser() -> argparse.ArgumentParser:
         help="where to serve the liveness probe (default: %(default)s)",
     )
     parser.add_argument("--verbose", action="store_true", help="log every step")
-    parser.add_argument("--log-format", choices=("plain", "json"), default="plain")
+    parser.add_argument(
+        "--log-format", choices=("plain", "json"), default="plain",
+        help="plain text, or one JSON object per line for a log collector (default: "
+        "%(default)s)",
+    )  # fmt: skip
     return parser
 
 

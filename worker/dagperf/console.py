@@ -7,6 +7,7 @@ mode covers it. `quiet` keeps only the summary.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 import time
@@ -28,6 +29,7 @@ TABLE_METRICS = (
 )
 TABLE_STATS = ("avg", "min", "max", "p99", "p90", "p50", "std")
 LOG_EVERY_S = 5.0
+LINE_GROUPS = 4  # groups a summary line names before it counts the rest
 
 
 class Console:
@@ -144,9 +146,9 @@ def _dag_lines(report: dict[str, Any]) -> list[str]:
 
     depths = report.get("by_depth") or {}
     if len(depths) > 1:
-        lines.append("By agent depth: " + " | ".join(view(k, v) for k, v in depths.items()))
+        lines.append("By agent depth: " + _bounded(depths, view, "depths"))
         modes = report.get("by_branch_mode") or {}
-        lines.append("By branch mode: " + " | ".join(view(k, v) for k, v in modes.items()))
+        lines.append("By branch mode: " + _bounded(modes, view, "branch modes"))
     siblings = report.get("fork_siblings") or {}
     if siblings.get("groups") and "others_ms" in siblings:
         metric = "TTFT" if siblings["metric"] == "time_to_first_token" else "latency"
@@ -162,6 +164,18 @@ def _dag_lines(report: dict[str, Any]) -> list[str]:
             )
         lines.append(text)
     return lines
+
+
+def _bounded(groups: dict[str, dict[str, Any]], view: Any, noun: str) -> str:
+    """One line however many groups the dataset makes (a 600-deep FORK chain has 600 depths):
+    the first few, then a count of the rest and where they all are."""
+    shown = [view(k, v) for k, v in itertools.islice(groups.items(), LINE_GROUPS)]
+    rest = list(groups.values())[LINE_GROUPS:]
+    if rest:
+        requests = sum(v["requests"] for v in rest)
+        shown.append(f"{len(rest)} more {noun} ({requests} req): see dag_report in "
+                     "profile_export_aiperf.json")  # fmt: skip
+    return " | ".join(shown)
 
 
 def _session_lines(document: dict[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ Flags follow `aiperf profile` where a concept is shared. The load flags are gene
   output, metrics; the artifact directory; the verdict's exit code).
 - `roles`: `profile` (all on this machine), `scheduler` and `worker`.
 - `tools`: `validate`, `fetch`, `health`, `report`, `keys` and `simulate`.
+- `usage`: the subcommands' parser: a mistyped flag is named with the flag it likely meant.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dagperf.cli.tools import (
     add_simulate,
     add_validate,
 )
+from dagperf.cli.usage import CommandParser
 from dagperf.runtime import lifeline
 
 
@@ -47,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark OpenAI-compatible LLM endpoints with DAG-shaped conversations.",
     )
     parser.add_argument("--version", action="version", version=f"dagperf {__version__}")
-    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        title="commands", required=True, metavar="COMMAND", parser_class=CommandParser
+    )
     add_profile(commands)
     add_search(commands)
     add_scheduler(commands)

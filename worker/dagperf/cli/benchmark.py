@@ -20,7 +20,7 @@ from dagperf.cli.flags import add_model_flags, log_flags
 from dagperf.config import AFFINITY_HEADERS, ENDPOINT_PATHS, EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats import FORMATS, ReadOptions
-from dagperf.fetch import FetchError, local_copy, shown
+from dagperf.fetch import FetchError, is_url, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
 from dagperf.sources import (
@@ -93,7 +93,11 @@ def _endpoint_flags(parser: argparse.ArgumentParser, url_required: bool) -> None
         help="add a body field to every request (repeatable; VALUE parsed as JSON "
         "when it can be, or give a whole JSON object)",
     )
-    group.add_argument("--request-timeout-seconds", type=float, default=600.0, metavar="S")
+    group.add_argument(
+        "--request-timeout-seconds", type=float, default=600.0, metavar="S",
+        help="a request with no complete response within S seconds of being sent fails with "
+        "a TimeoutError record (default: %(default)g)",
+    )  # fmt: skip
     group.add_argument(
         "--backend-header", action="append", default=[], metavar="NAME",
         help="a response header naming the backend that served each request (repeatable, "
@@ -242,6 +246,10 @@ def read_graph(
     if (path is None) == (config is None):
         parser.error("give a dataset file or --session-config FILE (one of them)")
     kind = "session config" if config else args.custom_dataset_type
+    named = config or path
+    if not is_url(named) and not os.path.lexists(named):
+        print(f"dagperf: no such file: {named}", file=out)  # nothing else to say about it
+        return None
     try:
         if config:
             return synthetic_graph(config)
@@ -362,16 +370,43 @@ def _default_stop(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
 
 
 def artifact_dir_for(args: argparse.Namespace, load: LoadConfig) -> Path:
+    """--artifact-dir, said when it already holds files (they are overwritten, as AIPerf's
+    are: the user named it); else a default of its own that no earlier run used."""
     if args.artifact_dir is not None:
-        return Path(args.artifact_dir)
+        named = Path(args.artifact_dir)
+        if _holds_files(named):
+            print(f"dagperf: {named} already holds files (--artifact-dir); this run's files "
+                  "replace those of the same names", file=sys.stderr)  # fmt: skip
+        return named
     if load.request_rate:
         shape = f"rate{load.request_rate:g}"
     elif load.fixed_schedule:
         shape = "schedule" + (f"-concurrency{load.concurrency}" if load.concurrency else "")
     else:
         shape = f"concurrency{load.concurrency or 1}"
-    name = Path(shown(args.session_config or args.input_file)).name.split(".")[0]
-    return Path("artifacts") / f"{name}-{args.endpoint_type}-{shape}"
+    return unused_default(args, f"{args.endpoint_type}-{shape}")
+
+
+def unused_default(args: argparse.Namespace, kind: str) -> Path:
+    """artifacts/<dataset>-<kind>, or with the first numeric suffix (-2, -3, ...) that no
+    earlier run has used: a second run never writes over the first's default directory."""
+    name = Path(shown(args.session_config or args.input_file or "run")).name.split(".")[0]
+    first = Path("artifacts") / f"{name}-{kind}"
+    directory, number = first, 1
+    while _holds_files(directory):
+        number += 1
+        directory = first.with_name(f"{first.name}-{number}")
+    if directory != first:
+        print(f"dagperf: {first} holds an earlier run; this one goes to {directory} "
+              "(--artifact-dir DIR to choose)", file=sys.stderr)  # fmt: skip
+    return directory
+
+
+def _holds_files(directory: Path) -> bool:
+    try:
+        return any(directory.iterdir())
+    except OSError:  # not there (or not a directory: ensure_writable says so)
+        return False
 
 
 def recorded_inputs(

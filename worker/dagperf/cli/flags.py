@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ValidationError
 
+from dagperf.cli.usage import CommandParser
 from dagperf.keys import KEYS_ENV, KeysError
 from dagperf.runtime.logs import LOG_FORMATS
 
@@ -20,7 +21,7 @@ ENV_DEFAULTS = {"fail_fast": "DAGPERF_DAG_FAIL_FAST"}  # flags whose default an 
 FLAG_ALIASES = {"request_rate": ("--session-rate",)}
 
 
-Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # add_subparsers'
+Commands: TypeAlias = "argparse._SubParsersAction[CommandParser]"  # add_subparsers'
 
 
 def keys_flag(group: Any, holding: str, otherwise: str = "") -> None:
@@ -49,8 +50,9 @@ def log_flags(parser: argparse.ArgumentParser) -> None:
         help="text, or JSON lines for CI and pods (default: %(default)s)",
     )
     parser.add_argument(
-        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")
-    )
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the least severe log lines shown, on stderr (default: %(default)s)",
+    )  # fmt: skip
 
 
 def add_model_flags(

@@ -6,13 +6,11 @@ import argparse
 import logging
 import math
 import sys
-from pathlib import Path
 
 from dagperf import verdict
-from dagperf.cli.benchmark import write_runs_report
+from dagperf.cli.benchmark import unused_default, write_runs_report
 from dagperf.cli.flags import Commands
 from dagperf.cli.roles import local_plan, profile_flags
-from dagperf.fetch import shown
 from dagperf.runtime.logs import setup_logging
 from dagperf.search.plan import PARAMETERS
 
@@ -90,8 +88,7 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         else:
             args.request_count = samples
     if args.artifact_dir is None:
-        name = Path(shown(args.session_config or args.input_file or "search")).name.split(".")[0]
-        args.artifact_dir = Path("artifacts") / f"{name}-{args.endpoint_type}-search-{parameter}"
+        args.artifact_dir = unused_default(args, f"{args.endpoint_type}-search-{parameter}")
     made = local_plan(args, parser)
     if made is None:
         return verdict.USAGE
@@ -100,6 +97,8 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     async def go() -> int:
         code = await run_search(search, sys.stdout)
+        if (results := base.artifact_dir / "search_results.json").exists():
+            print(f"Search results: {results}")
         if args.report:  # every step compared, beside search_results.json
             write_runs_report(base.artifact_dir, "step*", base.artifact_dir)
         return code

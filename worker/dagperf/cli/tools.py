@@ -81,7 +81,9 @@ def add_health(commands: Commands) -> None:
         "Writes health_check.json there. Exit 0 when every check passed or was skipped, 1 when "
         "one failed, 2 when the artifacts cannot be read.",
     )
-    health.add_argument("artifact_dir", metavar="ARTIFACT_DIR")
+    health.add_argument(
+        "artifact_dir", metavar="ARTIFACT_DIR", help="a finished run's artifact directory"
+    )
     add_model_flags(health, HealthOptions, "tolerances")
     health.set_defaults(run=_health)
 
@@ -96,7 +98,10 @@ def add_report(commands: Commands) -> None:
         "several, the same figures overlaid and each metric's change against the first run. "
         "One run's report goes into its directory unless --output says otherwise.",
     )
-    report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", type=Path)
+    report.add_argument(
+        "run_dirs", metavar="RUN_DIR", nargs="+", type=Path,
+        help="a finished run's artifact directory; several are compared in one report",
+    )  # fmt: skip
     report.add_argument(
         "--output", type=Path, metavar="PATH",
         help="the file, or a directory for report.html (default: the run directory for one "
@@ -119,7 +124,9 @@ def add_keys(commands: Commands) -> None:
         "control.token; give each worker scheduler.public, worker.public and worker.secret; "
         "POST /stop needs control.token as a bearer token.",
     )
-    keys.add_argument("directory", metavar="DIR", type=Path)
+    keys.add_argument(
+        "directory", metavar="DIR", type=Path, help="where to write the key set (made if absent)"
+    )
     keys.add_argument("--force", action="store_true", help="replace a key set already there")
     keys.set_defaults(run=_keys)
 

@@ -15,25 +15,46 @@ from dagperf.report.runs import DRAWN_METRICS, Run
 Figure = dict[str, Any]
 
 CDF_POINTS = 400
+FEW = 10  # values a box plot also shows one by one: a box of three hides them
 HISTOGRAM_BINS = 60
 THROUGHPUT_BUCKETS = 300
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
+# Runs overlaid in one chart differ in dash and width as well as colour: two runs with the same
+# curve (the same load on the same server) still show both lines, the later thinner on top.
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+LABEL_CHARS = 28  # a run's name on an axis; longer ones are shortened, whole in the tooltip
+# Where Plotly puts the toolbar it shows on hover: the top strip of a chart. Titles sit below it.
+TOOLBAR_PX = 30
 
 
 def layout(title: str, x: str, y: str, **more: Any) -> dict[str, Any]:
     return {
-        "title": {"text": title},
-        "xaxis": {"title": {"text": x}},
-        "yaxis": {"title": {"text": y}},
-        "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+        "title": {"text": title, "y": 1, "yref": "container", "yanchor": "top",
+                  "pad": {"t": TOOLBAR_PX}},
+        "xaxis": {"title": {"text": x}, "automargin": True},
+        "yaxis": {"title": {"text": y}, "automargin": True},
+        "margin": {"l": 60, "r": 30, "t": TOOLBAR_PX + 50, "b": 50},
         "legend": {"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},
         "height": 400,
         **more,
-    }
+    }  # fmt: skip
 
 
 def _color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
+
+
+def line_style(i: int) -> dict[str, Any]:
+    """The line of the i-th run overlaid in a chart."""
+    return {"color": _color(i), "dash": DASHES[i % len(DASHES)], "width": max(1.5, 3.0 - 0.5 * i)}
+
+
+def short_label(label: str) -> str:
+    """A run's name as an axis shows it: whole up to LABEL_CHARS, else its start and end."""
+    if len(label) <= LABEL_CHARS:
+        return label
+    keep = LABEL_CHARS - 1
+    return label[: keep - keep // 2] + "…" + label[-(keep // 2) :]
 
 
 def _thinned_cdf(values: np.ndarray) -> tuple[list[float], list[float]]:
@@ -63,54 +84,90 @@ def distributions(runs: list[Run]) -> list[Figure]:
 
 
 def _pair(label: str, series: list[tuple[Run, np.ndarray]]) -> list[Figure]:
+    noun = "session" if label == "Session Duration" else "request"
     cdf, hist = [], []
     low = min(float(v.min()) for _, v in series)
     high = max(float(v.max()) for _, v in series)
-    edges = np.linspace(low, high if high > low else low + 1, HISTOGRAM_BINS + 1)
+    if high > low:
+        edges = np.linspace(low, high, HISTOGRAM_BINS + 1)
+    else:  # one value, repeated: a single bar around it
+        edges = np.linspace(low - 0.5, low + 0.5, 2)
     for i, (run, values) in enumerate(series):
         x, y = _thinned_cdf(values)
-        line = {"color": _color(i)}
+        one = len(values) == 1  # a lone point: a line through it would draw nothing
         cdf.append(
             {
                 "type": "scatter",
-                "mode": "lines",
+                "mode": "markers" if one else "lines",
                 "name": escape(run.label),
                 "x": x,
                 "y": y,
-                "line": line,
+                "line": line_style(i),
+                "marker": {"color": _color(i), "size": 11},
             }
         )
-        counts, _ = np.histogram(values, edges)
-        hist.append(
-            {
-                "type": "bar",
-                "name": escape(run.label),
-                "x": edges[:-1].round(4).tolist(),
-                "y": counts.tolist(),
-                "width": float(edges[1] - edges[0]),
-                "offset": 0,
-                "opacity": 0.6,
-                "marker": line,
-            }
-        )
+        hist.append(_stem(run, float(values[0]), i) if one else _bars(run, values, edges, i))
+    cdf_layout = layout(f"{label}: CDF", f"{label} (ms)", f"share of {noun}s")
+    cdf_layout["yaxis"] |= {"range": [0, 1.05]}
+    hist_layout = layout(f"{label}: histogram", f"{label} (ms)", "count", barmode="overlay")
+    if notes := _lone_notes(noun, series):
+        for spec in (cdf_layout, hist_layout):
+            spec["annotations"] = notes
+            if high == low:  # nothing but lone values: a window around them
+                pad = max(1.0, 0.05 * abs(low))
+                spec["xaxis"] |= {"range": [low - pad, high + pad]}
+    return [{"data": cdf, "layout": cdf_layout}, {"data": hist, "layout": hist_layout}]
+
+
+def _bars(run: Run, values: np.ndarray, edges: np.ndarray, i: int) -> dict[str, Any]:
+    counts, _ = np.histogram(values, edges)
+    return {
+        "type": "bar",
+        "name": escape(run.label),
+        "x": edges[:-1].round(4).tolist(),
+        "y": counts.tolist(),
+        "width": float(edges[1] - edges[0]),
+        "offset": 0,
+        "opacity": 0.6,
+        "marker": {"color": _color(i)},
+    }
+
+
+def _stem(run: Run, value: float, i: int) -> dict[str, Any]:
+    """A histogram of one value: a count of one, drawn as a point on a stem."""
+    return {
+        "type": "scatter",
+        "mode": "lines+markers",
+        "name": escape(run.label),
+        "x": [round(value, 4)] * 2,
+        "y": [0, 1],
+        "line": {"color": _color(i), "width": 2},
+        "marker": {"color": _color(i), "size": [0, 11]},
+    }
+
+
+def _lone_notes(noun: str, series: list[tuple[Run, np.ndarray]]) -> list[dict[str, Any]]:
+    """A note on a chart where a run has a single value: a distribution of one is a point."""
+    lone = [(run, float(values[0])) for run, values in series if len(values) == 1]
+    if not lone:
+        return []
+    if len(series) == 1:
+        text = f"one {noun} ({lone[0][1]:,.2f} ms): a distribution needs more"
+    else:
+        text = "; ".join(f"{escape(short_label(r.label))}: one {noun}" for r, _ in lone)
+    # Above the plot area, under the title: never over what is drawn.
     return [
         {
-            "data": cdf,
-            "layout": layout(
-                f"{label}: CDF",
-                f"{label} (ms)",
-                "share of requests" if label != "Session Duration" else "share of sessions",
-            ),
-        },
-        {
-            "data": hist,
-            "layout": layout(f"{label}: histogram", f"{label} (ms)", "count", barmode="overlay"),
-        },
-    ]
+            "text": text, "showarrow": False, "xref": "paper", "yref": "paper",
+            "x": 0.5, "y": 1.0, "yanchor": "bottom", "font": {"color": "#555", "size": 12},
+        }
+    ]  # fmt: skip
 
 
 def throughput(runs: list[Run]) -> Figure:
-    """Requests and output tokens completed per second over the run, in equal buckets."""
+    """Requests and output tokens completed per second over the run, in equal buckets: one
+    panel each, over a shared time axis (on two axes of one panel, the two curves of a run
+    with a fixed output length coincide, and one hides the other)."""
     data = []
     for i, run in enumerate(runs):
         if not len(run.ends_s):
@@ -126,32 +183,37 @@ def throughput(runs: list[Run]) -> Figure:
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{escape(run.label)}: requests/s",
+                "name": escape(run.label),  # one legend entry per run, for both panels
+                "legendgroup": str(i),
                 "x": mid,
                 "y": (done / width).round(3).tolist(),
-                "line": {"color": _color(i)},
+                "line": line_style(i),
             }
         )
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{escape(run.label)}: tokens/s",
+                "name": escape(run.label),
+                "legendgroup": str(i),
+                "showlegend": False,
                 "x": mid,
                 "y": (tokens / width).round(2).tolist(),
                 "yaxis": "y2",
-                "line": {"color": _color(i), "dash": "dot"},
+                "line": line_style(i),
             }
         )
-    return {
-        "data": data,
-        "layout": layout(
-            "Throughput over time",
-            "seconds since the first request",
-            "requests/s",
-            yaxis2={"title": {"text": "output tokens/s"}, "overlaying": "y", "side": "right"},
-        ),
-    }
+    spec = layout("Throughput over time", "seconds since the first request", "requests/s")
+    spec["height"] = 520
+    spec["xaxis"] |= {"anchor": "y2"}
+    spec["yaxis"] |= {"domain": [0.56, 1.0], "rangemode": "tozero"}
+    spec["yaxis2"] = {
+        "title": {"text": "output tokens/s"}, "domain": [0.0, 0.44], "anchor": "x",
+        "automargin": True, "rangemode": "tozero",
+    }  # fmt: skip
+    spec["legend"] |= {"y": -0.14}
+    spec["showlegend"] = len(data) > 2  # the panels' titles say what one run's lines are
+    return {"data": data, "layout": spec}
 
 
 CRITICAL_PARTS = (
@@ -167,27 +229,32 @@ def critical_split(runs: list[Run]) -> Figure | None:
     shares = [(run, s) for run, s in shares if s.get("sessions")]
     if not shares:
         return None
+    names = [escape(run.label) for run, _ in shares]
     data = [
         {
             "type": "bar",
             "orientation": "h",
             "name": name,
             "marker": {"color": color},
-            "y": [escape(run.label) for run, _ in shares],
+            "y": names,
             "x": [round(100 * float(s.get(key, 0.0)), 2) for _, s in shares],
+            "customdata": names,  # the whole name, where the axis may show it shortened
+            "hovertemplate": f"%{{customdata}}<br>{name}: %{{x}}%<extra></extra>",
         }
         for key, name, color in CRITICAL_PARTS
     ]
-    return {
-        "data": data,
-        "layout": layout(
-            "Critical path: share of session time",
-            "% of session time",
-            "",
-            barmode="stack",
-            height=140 + 40 * len(shares),
-        ),
-    }
+    spec = layout(
+        "Critical path: share of session time",
+        "% of session time",
+        "",
+        barmode="stack",
+        height=170 + 40 * len(shares),
+    )
+    spec["yaxis"] |= {
+        "tickmode": "array", "tickvals": names,
+        "ticktext": [escape(short_label(run.label)) for run, _ in shares],
+    }  # fmt: skip
+    return {"data": data, "layout": spec}
 
 
 def sibling_effect(runs: list[Run]) -> Figure | None:
@@ -208,6 +275,8 @@ def sibling_effect(runs: list[Run]) -> Figure | None:
                     "marker": {"color": _color(i)},
                     "opacity": dim,
                     "boxmean": True,
+                    "boxpoints": "all" if len(values) < FEW else "outliers",
+                    "pointpos": 0,
                 }
             )
     if not data:

@@ -32,7 +32,8 @@ const figures = JSON.parse(document.getElementById('figures').textContent);
 for (const el of document.querySelectorAll('[data-figure]')) {
   const f = figures[el.dataset.figure];
   Plotly.newPlot(el, f.data, f.layout,
-                 {responsive: true, displaylogo: false, scrollZoom: true});
+                 {responsive: true, displaylogo: false, scrollZoom: true,
+                  modeBarButtonsToRemove: ['select2d', 'lasso2d', 'autoScale2d']});
 }
 """
 
@@ -80,11 +81,14 @@ def _generated() -> str:
 def _run_subtitle(run: Run) -> str:
     s = run.summary
     span = f"{s.get('start_time', '?')} to {s.get('end_time', '?')}"
-    drawn = sum(1 for r in run.trees.values() if r)
-    return (
-        f"{run.directory} · {span} · {len(run.sessions)} sessions, the {drawn} slowest "
-        f"drawn · {_generated()}"
-    )
+    drawn, count = sum(1 for r in run.trees.values() if r), len(run.sessions)
+    if count == 1:
+        sessions = "1 session"
+    elif drawn == count:
+        sessions = f"{count} sessions, all drawn"
+    else:
+        sessions = f"{count} sessions, the {drawn} slowest drawn"
+    return f"{run.directory} · {span} · {sessions} · {_generated()}"
 
 
 def single(run: Run) -> str:

@@ -53,11 +53,11 @@ GLANCE = (
 
 
 def glance(run: Run) -> str:
-    rows = [
-        (label, stat(run.summary, metric, key), unit)
-        for label, metric, key, unit in GLANCE
-        if stat(run.summary, metric, key) is not None
-    ]
+    rows = []
+    for label, metric, key, unit in GLANCE:
+        value = stat(run.summary, metric, key)
+        if value is not None:  # a count (no unit) is shown as one: 5 requests, not 5.00
+            rows.append((label, value if unit else round(value), unit))
     return table(("Metric", "Value", "Unit"), rows, "glance")
 
 

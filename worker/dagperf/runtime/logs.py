@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+import typing
 
 LOG_FORMATS = ("text", "json")
 
@@ -24,8 +25,23 @@ class JsonLines(logging.Formatter):
         return json.dumps(entry)
 
 
+class CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to sys.stderr as it is when a line is logged, not as it was when logging was set
+    up: a command run in-process (a test, a notebook) whose stderr is swapped for one later
+    closed would otherwise leave every later log line failing with "I/O operation on closed
+    file" (the logging module then prints its "--- Logging error ---" blocks)."""
+
+    @property
+    def stream(self) -> typing.TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: object) -> None:
+        pass  # StreamHandler.__init__ and setStream set it; the current one is always used
+
+
 def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = CurrentStderr()
     if fmt == "json":
         handler.setFormatter(JsonLines())
     else:

@@ -41,7 +41,10 @@ class SimRecord:
     stream: bool
     status: int
     received_ns: int
-    first_chunk_ns: int | None = None  # streaming: when the first token was really written
+    # Streaming: when the writes of the first and of the last token began. Stamped before the
+    # write, so a client can never have read a token before its stamp, however busy the machine.
+    first_chunk_ns: int | None = None
+    last_chunk_ns: int | None = None
     end_ns: int | None = None
     intended_ttft_ms: float | None = None
     prompt_tokens: int = 0
@@ -259,9 +262,12 @@ class Simulator:
                 while due < len(chunks) and first_due + due * itl <= now:
                     due += 1
                 batch = b"".join(chunks[sent:due])
-                await response.write(batch + tail if due == len(chunks) else batch)
+                stamp = time.time_ns()
                 if sent == 0:
-                    record.first_chunk_ns = time.time_ns()
+                    record.first_chunk_ns = stamp
+                if due == len(chunks):
+                    record.last_chunk_ns = stamp
+                await response.write(batch + tail if due == len(chunks) else batch)
                 sent = due
             await response.write_eof()
         except ConnectionResetError:
