@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+
+from dagperf.cli import build_parser
+from dagperf.cli.reference import reference
+
+ROOT = Path(__file__).resolve().parents[1]
 
 EXAMPLE = "examples/dag_jsonl/example.dag.jsonl"
 DAGPERF = shutil.which("dagperf")
@@ -192,3 +199,18 @@ def test_a_bad_backend_header_is_named_by_its_flag():
     result = run("profile", "--input-file", EXAMPLE, "--backend-header", "bad header")
     assert result.returncode == 2
     assert "--backend-header: not a header name: 'bad header'" in result.stderr
+
+
+def test_the_flag_reference_is_the_parsers_own():
+    """docs/cli.md is generated from the parser; a flag added, renamed or re-documented without
+    regenerating it fails here. Every visible flag of every command is in it."""
+    parser = build_parser()
+    committed = (ROOT / "docs" / "cli.md").read_text()
+    assert committed == reference(parser), (
+        "docs/cli.md is stale: python -m dagperf.cli.reference > docs/cli.md"
+    )
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for command in commands.choices.values():
+        for action in command._actions:
+            if action.help != argparse.SUPPRESS and not isinstance(action, argparse._HelpAction):
+                assert all(f"`{o}`" in committed for o in action.option_strings)
