@@ -46,7 +46,7 @@ class Harness:
 
     def sent(self) -> list[str]:
         """Drain the dispatcher's sends; return their names."""
-        return [self._fly(flight) for flight in self.d.drain_sends()]
+        return [self._fly(flight) for flight in self.d.orders.drain_sends()]
 
     def _fly(self, flight: Flight) -> str:
         name = self.name(flight)
@@ -77,7 +77,7 @@ class Harness:
 
     def _take_cancels(self) -> None:
         self._cancelled += [self.name(f) for f in self.d.drain_cancels()]
-        self.disarmed.update(self.name(f) for f in self.d.drain_disarms())
+        self.disarmed.update(self.name(f) for f in self.d.orders.drain_disarms())
 
     def drain(self) -> None:
         """Complete everything, oldest first, until nothing is in flight."""
@@ -125,7 +125,7 @@ def test_a_fork_lineage_is_pinned_and_spawns_spread():
     h = Harness(*lines, workers=("w1", "w2", "w3"), concurrency=40)
     flights: list[Flight] = []
     while not h.d.finished:
-        batch = h.d.drain_sends()
+        batch = h.d.orders.drain_sends()
         flights += batch
         for f in batch:
             h.d.complete(f.credit, True)
@@ -629,7 +629,7 @@ def test_a_failure_cancels_the_rest_of_its_tree_while_what_flies_finishes():
     assert h.finish("c:0") == []  # the sibling in flight finishes; its FORK never starts
     assert h.d.finished
     assert h.log == ["p:0", "a:0", "c:0"]
-    (run,) = h.d.drain_retired()
+    (run,) = h.d.orders.drain_retired()
     assert run.cancelled and run.unsent() == 7  # a:1, b:0, f:0, f:1, p:1, p:2, late:0
     progress = h.d.progress()
     assert (progress.completed, progress.errors, progress.expected) == (3, 1, 3)
@@ -667,7 +667,7 @@ def test_an_armed_node_started_before_its_disarm_arrived_finishes_and_nothing_fo
     c0 = h.flying.pop("c:0")
     (f0,) = c0.armed
     assert h.d.complete(c0.credit, True, started=[f0.credit]) is c0  # it raced the disarm
-    assert h.d.drain_sends() == []
+    assert h.d.orders.drain_sends() == []
     assert h.d.complete(f0.credit, True) is f0  # in flight, so finished and recorded
     assert h.d.finished  # f:1, armed with f:0 and not started, is dropped
     assert h.d.progress().completed == 4

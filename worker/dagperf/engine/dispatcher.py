@@ -1,8 +1,8 @@
 """The dispatcher: which request is sent where and when, as a state machine fed events.
 
 Inputs are events (a result came back, a timer is due, a worker joined or was lost, the user
-interrupted); outputs are drained by the caller: flights to send, flights to cancel, and tree runs
-that are over. The clock is injected, so every rule here is tested without sockets or sleeping.
+interrupted); outputs are `orders` the caller drains: flights to send, flights to cancel, and tree
+runs that are over. The clock is injected, so every rule here is tested without sockets or sleeping.
 
 It knows nodes and edges, not FORK or SPAWN: a node is ready when its dependencies have ended
 (`deps` successfully, `join_deps` in any way), waits its delay, then goes out when the run is open
@@ -46,6 +46,7 @@ from collections.abc import Callable, Collection
 from dagperf.config import LoadConfig
 from dagperf.dataset.loader import DatasetError
 from dagperf.engine.flights import Flight, Flights, armed_in, armed_under, settle_armed
+from dagperf.engine.orders import Orders
 from dagperf.engine.phase import (
     Arrivals,
     Phase,
@@ -86,10 +87,7 @@ class Dispatcher:
         self._run_ids = 0
         self.failure: str | None = None  # why the run failed, when it did
         self.finished = False
-        self._sends: list[Flight] = []
-        self._cancels: list[Flight] = []
-        self._disarms: list[Flight] = []
-        self._retired: list[TreeRun] = []
+        self.orders = Orders()  # what the caller is to carry out, drained after each event
         self._stages = stages(graph, load)
         self._start_phase(self._stages.popleft())
         self._begun = False
@@ -182,24 +180,9 @@ class Dispatcher:
 
     # --- outputs ----------------------------------------------------------------------------
 
-    def drain_sends(self) -> list[Flight]:
-        out, self._sends = self._sends, []
-        return out
-
     def drain_cancels(self) -> list[Flight]:
-        out = [f for f in self._cancels if f.credit in self._inflight]
-        self._cancels = []
-        return out
-
-    def drain_disarms(self) -> list[Flight]:
-        """Armed flights their workers must not start: the run stopped."""
-        out = [f for f in self._disarms if f.run.nodes[f.node] == NodeState.ARMED]
-        self._disarms = []
-        return out
-
-    def drain_retired(self) -> list[TreeRun]:
-        out, self._retired = self._retired, []
-        return out
+        """The cancels ordered (`orders`) whose requests are still in flight."""
+        return self.orders.drain_cancels(self._inflight)
 
     def next_deadline(self) -> float | None:
         return self._timers.next_due()
@@ -264,7 +247,7 @@ class Dispatcher:
         """Whatever is still open was cut short by a stop: account for it."""
         for run in self._runs.values():
             run.truncate(self._p.branch_stats)
-            self._retired.append(run)
+            self.orders.retire(run)
         self._runs.clear()
         self._queue.clear()
         self._timers.clear()
@@ -273,7 +256,7 @@ class Dispatcher:
         if not self._closed:
             self._closed = reason
             for flight in self._inflight.values():  # nothing new goes out, armed or not
-                self._disarms.extend(armed_under(flight))
+                self.orders.disarm(armed_under(flight))
 
     def _fail(self, reason: str) -> None:
         if self.failure is None:
@@ -284,7 +267,7 @@ class Dispatcher:
     def _cancel_everything(self) -> None:
         """Cancel what is in flight, and from now on what a worker starts before it hears."""
         self._cancelling = True
-        self._cancels.extend(self._inflight.values())
+        self.orders.cancel(self._inflight.values())
 
     # --- roots and sending ------------------------------------------------------------------
 
@@ -319,7 +302,7 @@ class Dispatcher:
 
     def _send(self, run: TreeRun, i: int) -> None:
         flight = self._flights.make(run, i, self._p.phase)
-        self._sends.append(flight)
+        self.orders.send(flight)
         self._launched(flight)
         if self._p.cap is None and self._load.max_inflight is None and not self._closed:
             flight.armed = self._flights.arm(run, i, self._p.phase)
@@ -337,7 +320,7 @@ class Dispatcher:
         for armed in settle_armed(flight, started):
             self._launched(armed)
             if self._cancelling:
-                self._cancels.append(armed)
+                self.orders.cancel((armed,))
 
     # --- endings ----------------------------------------------------------------------------
 
@@ -349,7 +332,7 @@ class Dispatcher:
     def _end(self, run: TreeRun, first: int, state: NodeState, cancelled: bool = False) -> None:
         ending = run.end(first, state, cancelled, self._p.branch_stats)
         if ending.cancelled and NodeState.ARMED in run.nodes:  # with its other flights
-            self._disarms.extend(armed_in(run, self._inflight.values()))
+            self.orders.disarm(armed_in(run, self._inflight.values()))
         self._p.skipped += ending.skipped
         self._p.active_roots -= ending.root_ended
         if ending.failed_child is not None and self._load.fail_fast and self.failure is None:
@@ -359,7 +342,7 @@ class Dispatcher:
             self._make_ready(run, j)
         if not run.open and run.id in self._runs:
             del self._runs[run.id]
-            self._retired.append(run)
+            self.orders.retire(run)
 
     def _at(self, due: float, kind: int, run: TreeRun | None = None, node: int = -1) -> None:
         self._timers.at(due, kind, run, node)
