@@ -26,6 +26,7 @@ from dagperf.exports.run import Artifacts, RunOutput
 from dagperf.graph import RequestGraph
 from dagperf.keys import Gate, secure_server
 from dagperf.metrics.live import LiveMetrics
+from dagperf.scheduler.deadline import DeadlineTimer
 from dagperf.scheduler.options import SchedulerError, SchedulerOptions
 from dagperf.scheduler.outbox import Outbox
 from dagperf.scheduler.outcome import Outcome, conclude, write_final_report
@@ -72,8 +73,7 @@ class Scheduler:
         self._done = asyncio.Event()
         self._enough = asyncio.Event()
         self._stopped = asyncio.Event()  # a stop request: also ends the metrics linger
-        self._timer: asyncio.Handle | None = None
-        self._timer_due: float | None = None
+        self._timer = DeadlineTimer(self._on_timer)
         self._cancel_deadline: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -107,7 +107,8 @@ class Scheduler:
             for worker in self._peers:
                 self._send(worker, protocol.Shutdown(self._end_reason()))
         finally:
-            for handle in (self._watchdog, self._timer, self._cancel_deadline):
+            self._timer.cancel()
+            for handle in (self._watchdog, self._cancel_deadline):
                 if handle is not None:
                     handle.cancel()
             await self.output.close()
@@ -289,24 +290,11 @@ class Scheduler:
         if mail.cancelled and self._cancel_deadline is None:
             loop = asyncio.get_running_loop()
             self._cancel_deadline = loop.call_later(self.options.cancel_timeout_s, self._abandon)
-        self._arm_timer()
+        self._timer.set(self.dispatcher.next_deadline())
         if self.dispatcher.finished:
             self._done.set()
 
-    def _arm_timer(self) -> None:
-        deadline = self.dispatcher.next_deadline()
-        if self._timer is not None:
-            if deadline == self._timer_due:
-                return
-            self._timer.cancel()
-            self._timer = None
-        if deadline is not None:
-            # (uvloop's handle for a time already past cannot say when it was due)
-            self._timer_due = deadline
-            self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timer)
-
     def _on_timer(self) -> None:
-        self._timer = None
         self.dispatcher.tick()
         self._flush()
 
