@@ -100,6 +100,7 @@ async def test_a_benchmark_runs_to_success_with_its_summary_and_exports(node):
         "requestsCompleted": 9,
         "requestsTotal": 9,
         "errors": 0,
+        "cut": 0,
         "display": "9/9",
     }  # every request carried the key: the simulator refuses any without it
     summary = status["summary"]

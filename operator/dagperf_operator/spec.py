@@ -26,6 +26,7 @@ from dagperf.config import LoadConfig, header_names
 from dagperf.health.report import HealthOptions
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 from dagperf.search.objectives import parse_objectives, unmeasurable
+from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")
@@ -230,8 +231,9 @@ class Verdict(_Model):
     """When the run counts as failed, and which requests count as good."""
 
     max_error_rate: float = Field(
-        default=1.0, ge=0, le=1, description="Fail the run when more than this share of its "
-        "requests failed (--max-error-rate); it fails anyway when every request did.",
+        default=DEFAULT_MAX_ERROR_RATE, ge=0, le=1, description="Fail the run when the endpoint "
+        "failed more than this share of the requests it answered or failed (--max-error-rate; "
+        "requests the run cut short are not errors); it fails anyway when every request did.",
     )  # fmt: skip
     goodput: dict[str, float] = Field(
         default_factory=dict,
@@ -443,9 +445,13 @@ class WorkersStatus(_Model):
 
 
 class Progress(_Model):
-    requests_completed: int = Field(default=0, description="Requests answered or failed.")
+    requests_completed: int = Field(default=0, description="Requests answered, failed or cut.")
     requests_total: int | None = Field(default=None, description="When known.")
-    errors: int = Field(default=0, description="Requests that failed.")
+    errors: int = Field(default=0, description="Requests the endpoint failed.")
+    cut: int = Field(
+        default=0,
+        description="Requests the run cut short itself (its duration, a stop): not errors.",
+    )
     display: str = Field(default="", description="Completed/total, for `kubectl get`.")
 
 

@@ -61,7 +61,9 @@ class Console:
                 line += f"  ETA {_duration((p.expected - p.completed) / rate)}"
         else:
             line += " requests"
-        line += f"  {rate:,.1f} req/s  errors {p.errors}  in flight {p.in_flight}"
+        line += f"  {rate:,.1f} req/s  errors {p.errors}"
+        line += f"  cut {p.cut}" if p.cut else ""
+        line += f"  in flight {p.in_flight}"
         if ttft_p50_ms is not None:
             line += f"  TTFT p50 {ttft_p50_ms:,.1f} ms"
         if self.live:

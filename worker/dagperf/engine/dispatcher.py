@@ -125,12 +125,13 @@ class Dispatcher:
     def complete(
         self, credit: int, ok: bool, cancelled: bool = False, started: Collection[int] = ()
     ) -> Flight | None:
-        """A result came back, naming the armed credits its worker started; returns its flight,
-        or None for an unknown or stale credit."""
+        """A result came back (`cancelled`: cut short by the run itself, neither a success nor
+        an error), naming the armed credits its worker started; returns its flight, or None for
+        an unknown or stale credit."""
         flight = self._inflight.get(credit)
         if flight is None:
             return None
-        self._account(flight, ok)
+        self._account(flight, ok, cancelled)
         self._settle_armed(flight, started if ok else ())
         self._end(flight.run, flight.node, NodeState.OK if ok else NodeState.FAILED, cancelled)
         self._advance()
@@ -324,10 +325,11 @@ class Dispatcher:
 
     # --- endings ----------------------------------------------------------------------------
 
-    def _account(self, flight: Flight, ok: bool) -> None:
+    def _account(self, flight: Flight, ok: bool, cut: bool = False) -> None:
         del self._inflight[flight.credit]
         self._p.completed += 1
-        self._p.errors += not ok
+        self._p.errors += not ok and not cut
+        self._p.cut += cut
 
     def _end(self, run: TreeRun, first: int, state: NodeState, cancelled: bool = False) -> None:
         ending = run.end(first, state, cancelled, self._p.branch_stats)

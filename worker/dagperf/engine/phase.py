@@ -70,10 +70,11 @@ class Progress:
     phase: Phase
     sent: int
     completed: int
-    errors: int
+    errors: int  # the endpoint's failures
     in_flight: int
     expected: int | None  # requests this phase will send, when known
     roots_started: int
+    cut: int = 0  # cut short by the run itself: neither successes nor errors
 
 
 class PhasePlan:
@@ -84,7 +85,7 @@ class PhasePlan:
         self.trees = trees  # where this phase's roots come from
         self.one_at_a_time = stage.dataset_warmup
         self.branch_stats = BranchStats()
-        self.sent = self.completed = self.errors = 0
+        self.sent = self.completed = self.errors = self.cut = 0
         self.skipped = 0  # requests never sent: what they depended on failed
         self.roots_started = self.active_roots = 0
         self.arrivals = 0  # roots that arrived and wait for a slot
@@ -120,7 +121,7 @@ class PhasePlan:
     def progress(self, in_flight: int) -> Progress:
         return Progress(
             self.phase, self.sent, self.completed, self.errors, in_flight, self.expected(),
-            self.roots_started,
+            self.roots_started, self.cut,
         )  # fmt: skip
 
     @property

@@ -29,8 +29,9 @@ SLOWEST_LISTED = 10
 class _Request(NamedTuple):
     node: int
     timing: Timing
-    error: bool
-    bad: bool  # failed or missed an objective
+    error: bool  # the endpoint failed it
+    cut: bool  # the run cut it short
+    bad: bool  # failed, cut, or missed an objective
 
 
 class SessionMetrics:
@@ -49,8 +50,10 @@ class SessionMetrics:
 
     def add(self, flight: Flight, result: Result, issued_ns: int) -> None:
         timing = Timing(issued_ns, result.start_ns, result.end_ns)
-        error = result.error is not None
-        self._runs.add(flight.run, _Request(flight.node, timing, error, not self._is_good(result)))
+        request = _Request(
+            flight.node, timing, result.failed, result.cut is not None, not self._is_good(result)
+        )
+        self._runs.add(flight.run, request)
 
     def retire(self, run: TreeRun) -> None:
         """The run is over: its session is written once every result sent is in."""
@@ -79,6 +82,7 @@ class SessionMetrics:
             "duration_ms": duration_ms,
             "request_count": len(times),
             "error_count": sum(r.error for r in requests),
+            "cut_count": sum(r.cut for r in requests),
             "good": good,
             "complete": complete,
             "status": status,

@@ -77,6 +77,8 @@ def conclude(
     failure = d.failure or write_failure
     outcome = Outcome(document, failure, d.closed_reason, interrupted, stopped)
     if failure is None and not cut_short:
-        summary = output.summary
-        outcome.rejected = rejection(summary.ok, summary.errors, max_error_rate)
+        s = output.summary
+        outcome.rejected = rejection(
+            s.ok, s.error_count, max_error_rate, s.most_common_error(), s.cut
+        )
     return outcome

@@ -195,7 +195,7 @@ class Scheduler:
             # What these results release goes out first; the bookkeeping can wait.
             complete = self.dispatcher.complete
             done = [
-                (complete(r.credit, r.error is None, r.cancelled_ns is not None, r.started), r)
+                (complete(r.credit, r.error is None, r.cut is not None, r.started), r)
                 for r in message.items
             ]
             self._flush()
@@ -308,7 +308,10 @@ class Scheduler:
             issued = self._outbox.issued(flight.credit, now)
             message = f"no result within {self.options.cancel_timeout_s:.0f} s of cancelling"
             error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
-            self._record(flight, protocol.Result(flight.credit, issued, None, now, {}, error, now))
+            cut = protocol.Cut((now - issued) / 1e6, None)  # what it saw is lost with it
+            self._record(flight, protocol.Result(
+                flight.credit, issued, None, now, {}, error, now, cut=cut
+            ))  # fmt: skip
         self._flush()
 
     def _send(self, worker: str, message: protocol.Message) -> None:

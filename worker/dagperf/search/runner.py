@@ -110,9 +110,11 @@ def _final_report(
     path = options.get("summary_file")
     if path is None:
         return
-    completed = sum(int(d["request_count"]["avg"] + d["error_request_count"]["avg"])
-                    for d in documents)  # fmt: skip
-    errors = sum(int(d["error_request_count"]["avg"]) for d in documents)
+    def total(name: str) -> int:
+        return sum(int((d.get(name) or {}).get("avg", 0)) for d in documents)
+
+    errors, cut = total("error_request_count"), total("cut_request_count")
+    completed = total("request_count") + errors + cut
     at = [
         d
         for d, s in zip(documents, steps, strict=True)
@@ -124,7 +126,9 @@ def _final_report(
         outcome=state,
         reason=reason,
         benchmark=options.get("benchmark"),
-        progress=Progress(requests_completed=completed, requests_total=completed, errors=errors),
+        progress=Progress(
+            requests_completed=completed, requests_total=completed, errors=errors, cut=cut
+        ),
         summary=_metrics_summary(shown),
         results_path=str(search.directory),
         search=SearchReport(
