@@ -110,6 +110,7 @@ def _final_report(
     path = options.get("summary_file")
     if path is None:
         return
+
     def total(name: str) -> int:
         return sum(int((d.get(name) or {}).get("avg", 0)) for d in documents)
 
