@@ -73,7 +73,19 @@ class Distribution:
             return [float(p) for p in np.percentile(np.frombuffer(self._exact), points)]
         return self._histogram_percentiles(points)
 
-    def _histogram_percentiles(self, points: tuple[float, ...]) -> list[float]:
+    def ranked(self, index: int) -> float:
+        """The value at 0-based `index` of the values in sorted order (past `EXACT_LIMIT`, its
+        bucket's middle)."""
+        if not 0 <= index < self.count:
+            raise IndexError(f"rank {index} of {self.count} values")
+        if self._exact is not None:
+            return float(np.partition(np.frombuffer(self._exact), index)[index])
+        values_sorted, cumulative = self._sorted_buckets()
+        value = values_sorted[np.searchsorted(cumulative, index + 1)]
+        return float(min(max(value, self.min), self.max))
+
+    def _sorted_buckets(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each bucket's middle, in order, and how many values lie at or below it."""
         values, counts = [], []
         for key, n in self._buckets.items():
             index, negative = divmod(key, 2)
@@ -84,8 +96,10 @@ class Distribution:
             values.append(0.0)
             counts.append(self._zeros)
         order = np.argsort(values)
-        values_sorted = np.asarray(values)[order]
-        cumulative = np.cumsum(np.asarray(counts)[order])
+        return np.asarray(values)[order], np.cumsum(np.asarray(counts)[order])
+
+    def _histogram_percentiles(self, points: tuple[float, ...]) -> list[float]:
+        values_sorted, cumulative = self._sorted_buckets()
         out = []
         for p in points:
             rank = p / 100 * (self.count - 1)  # numpy's linear method, on bucket midpoints
