@@ -12,13 +12,13 @@ import pytest
 from dagperf.metrics.censored import (
     MIN_VALUES,
     Censored,
-    Verdict,
     decide,
     judge,
     order_statistics,
 )
 from dagperf.metrics.summary import EXACT_LIMIT, Distribution
 from dagperf.search.objectives import Objective
+from dagperf.verdict import Verdict
 
 
 def sample(exact=(), at_least=()) -> Censored:

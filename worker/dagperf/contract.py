@@ -70,6 +70,7 @@ class StatusReport(_Camel):
 class SearchStep(_Camel):
     value: float
     meets_slo: bool
+    verdict: str = "meets"  # meets, misses or undecided (too little measured to say)
 
 
 class SearchReport(_Camel):

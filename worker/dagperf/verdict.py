@@ -18,6 +18,8 @@ request failed.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 OK = 0
 RUN_FAILED = 1  # the run itself failed: a fault, lost workers, an internal error
 USAGE = 2  # bad flags or input; argparse's own code
@@ -26,6 +28,14 @@ SLO_NOT_MET = 4  # a search: no load tried met every objective
 SIGNALLED = 130  # stopped by SIGINT or SIGTERM, exports written
 
 DEFAULT_MAX_ERROR_RATE = 0.05
+
+
+class Verdict(StrEnum):
+    """An objective's, or a search step's (`dagperf.metrics.censored`)."""
+
+    MEETS = "meets"
+    MISSES = "misses"
+    UNDECIDED = "undecided"  # too little measured, or too much of it censored, to say
 
 
 def rejection(

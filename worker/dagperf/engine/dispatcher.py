@@ -60,6 +60,7 @@ from dagperf.engine.phase import (
 from dagperf.engine.routing import RendezvousRouter
 from dagperf.engine.runs import NodeState, TreeRun
 from dagperf.engine.timers import Timers
+from dagperf.engine.window import Until, Window
 from dagperf.graph import RequestGraph
 
 _DUE, _ARRIVAL, _DURATION, _GRACE, _RAMP = range(5)
@@ -72,7 +73,9 @@ class Dispatcher:
         load: LoadConfig,
         clock: Callable[[], float],
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        until: Until | None = None,
     ):
+        """`until`: measure past the duration until the objectives are decided (`window`)."""
         if not graph.trees:
             raise ValueError("the graph has no trees to run")
         self._graph = graph
@@ -88,6 +91,7 @@ class Dispatcher:
         self.failure: str | None = None  # why the run failed, when it did
         self.finished = False
         self.orders = Orders()  # what the caller is to carry out, drained after each event
+        self.window = Window(load, until)  # when the profiling measures, and until when
         self._stages = stages(graph, load)
         self._start_phase(self._stages.popleft())
         self._begun = False
@@ -149,8 +153,12 @@ class Dispatcher:
                 if self._p.arrive():
                     self._at(self._arrivals.after(due), _ARRIVAL)
             elif kind == _DURATION:
-                self._close("benchmark duration reached")
-                self._at(now + self._load.benchmark_grace_period, _GRACE)
+                reason, again = self.window.due(now, len(self._inflight), len(self._runs))
+                if again is not None and not self._closed:  # not decided yet: look again
+                    self._at(again, _DURATION)
+                else:
+                    self._close(reason or "benchmark duration reached")
+                    self._at(now + self._load.benchmark_grace_period, _GRACE)
             elif kind == _GRACE:
                 self._cancel_everything()
             elif kind == _RAMP and (step := self._slots.grow(due)) is not None:
@@ -206,7 +214,7 @@ class Dispatcher:
 
     def _start_phase(self, stage: Stage) -> None:
         trees = self._warmups if stage.dataset_warmup else self._trees
-        self._p = PhasePlan(stage, self._graph, self._load, trees)
+        self._p = PhasePlan(stage, self._graph, self._load, trees, self.window.until is not None)
         self.branch_stats = self._p.branch_stats
         self._closed: str | None = None
         self._cancelling = False
@@ -219,8 +227,8 @@ class Dispatcher:
         now = self._clock()
         if (step := self._slots.begin(now)) is not None:
             self._at(step, _RAMP)
-        if self._p.phase is Phase.PROFILING and self._load.benchmark_duration:
-            self._at(now + self._load.benchmark_duration, _DURATION)
+        if self._p.phase is Phase.PROFILING and (due := self.window.begin(now)) is not None:
+            self._at(due, _DURATION)
         if self._arrivals.on and not self._p.one_at_a_time:
             self._arrivals.begin(now, self._p.trees.next)
             self._at(now, _ARRIVAL)
@@ -256,6 +264,8 @@ class Dispatcher:
     def _close(self, reason: str) -> None:
         if not self._closed:
             self._closed = reason
+            if self._p.phase is Phase.PROFILING:
+                self.window.close(self._clock())
             for flight in self._inflight.values():  # nothing new goes out, armed or not
                 self.orders.disarm(armed_under(flight))
 
@@ -278,6 +288,7 @@ class Dispatcher:
             cancel = bool(self._load.cancel_session_on_failure)
             try:  # a tree is read from the dataset's file when first run
                 run = TreeRun(self._run_ids, *self._p.trees.take(), self._p.phase, cancel)
+                run.measured = self._measuring()
             except DatasetError as e:  # the file changed since it was loaded
                 return self._fail(str(e))
             self._runs[run.id] = run
@@ -312,6 +323,7 @@ class Dispatcher:
         """The request is on the wire (sent from here, or started by its worker)."""
         flight.run.launch(flight.node, flight.worker, self._p.branch_stats)
         flight.request_num = self._p.sent
+        flight.measured = self._measuring()
         self._inflight[flight.credit] = flight
         self._p.sent += 1
         if self._p.capped:
@@ -345,6 +357,10 @@ class Dispatcher:
         if not run.open and run.id in self._runs:
             del self._runs[run.id]
             self.orders.retire(run)
+
+    def _measuring(self) -> bool:
+        """Whether what starts now is an observation of the profiling's window."""
+        return self._p.phase is Phase.PROFILING and self.window.open(self._clock())
 
     def _at(self, due: float, kind: int, run: TreeRun | None = None, node: int = -1) -> None:
         self._timers.at(due, kind, run, node)

@@ -80,7 +80,12 @@ class Progress:
 class PhasePlan:
     """What one phase may start and send, and what it has so far."""
 
-    def __init__(self, stage: Stage, graph: RequestGraph, load: LoadConfig, trees: Rotation):
+    def __init__(
+        self, stage: Stage, graph: RequestGraph, load: LoadConfig, trees: Rotation,
+        open_ended: bool = False,
+    ):  # fmt: skip
+        """`open_ended`: the profiling runs until told to stop (`window.Until`), so it starts
+        roots without a limit unless the load sets one."""
         self.phase = stage.phase
         self.trees = trees  # where this phase's roots come from
         self.one_at_a_time = stage.dataset_warmup
@@ -98,7 +103,8 @@ class PhasePlan:
         else:
             self.cap = load.request_count
             self.roots_limit = load.num_conversations
-            if self.roots_limit is None and self.cap is None and not load.benchmark_duration:
+            unbounded = self.cap is None and not load.benchmark_duration and not open_ended
+            if self.roots_limit is None and unbounded:
                 self.roots_limit = graph.root_count  # each root once
         sizes = [len(t.nodes) for t in graph.warmup] if stage.dataset_warmup else graph.shape.sizes
         self._planned = self._planned_requests(sizes, trees.next)

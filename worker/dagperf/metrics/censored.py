@@ -30,21 +30,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Protocol
 
 import numpy as np
 
 from dagperf.metrics.summary import Distribution
+from dagperf.verdict import Verdict
 
 MIN_VALUES = 20  # before an average, an extreme or a rate decides anything
 CONFIDENCE = 0.95
-
-
-class Verdict(StrEnum):
-    MEETS = "meets"
-    MISSES = "misses"
-    UNDECIDED = "undecided"
 
 
 class Objective(Protocol):

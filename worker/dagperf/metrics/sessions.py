@@ -21,6 +21,7 @@ from dagperf.engine import Flight, NodeState, SessionState, TreeRun
 from dagperf.metrics.critical_path import CriticalPath, Timing, critical_path
 from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
+from dagperf.metrics.window import WindowSample
 from dagperf.transport.protocol import Result
 
 SLOWEST_LISTED = 10
@@ -35,9 +36,14 @@ class _Request(NamedTuple):
 
 
 class SessionMetrics:
-    def __init__(self, is_good: Callable[[Result], bool], write: Callable[[dict[str, Any]], None]):
+    def __init__(
+        self, is_good: Callable[[Result], bool], write: Callable[[dict[str, Any]], None],
+        window: WindowSample | None = None,
+    ):  # fmt: skip
+        """`window`: where the sessions started in the window go, for its verdicts."""
         self._is_good = is_good
         self._write = write
+        self._window = window
         self._runs: PerRun[_Request] = PerRun(self._close)
         self.duration = Distribution()  # ms, complete sessions only
         self.count = 0
@@ -58,6 +64,11 @@ class SessionMetrics:
     def retire(self, run: TreeRun) -> None:
         """The run is over: its session is written once every result sent is in."""
         self._runs.retire(run)
+
+    @property
+    def pending(self) -> int:
+        """Sessions over whose last results are still on their way."""
+        return self._runs.pending
 
     def finish(self) -> None:
         """The run ended: write what is still open (its missing results will not come)."""
@@ -90,6 +101,8 @@ class SessionMetrics:
             "critical_path": None if path is None else path.as_dict(),
         }
         self._write(line)
+        if self._window is not None and run.measured and not run.cancelled:
+            self._window.add_session(duration_ms, complete)  # incomplete: cut by the run
         if run.cancelled:
             self.cancelled += 1
             self.cancelled_requests += cancelled

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dagperf.exports.server_metrics import ScrapeTargets
 from dagperf.keys import SchedulerKeys
+from dagperf.metrics.censored import CONFIDENCE, Objective
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
 
@@ -35,3 +36,8 @@ class SchedulerOptions:
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     slice_duration_s: float | None = None  # timeslice exports, after the run
     scrape: ScrapeTargets | None = None  # the servers' own metrics, during the run
+    # Objectives the run is judged on (a search step); with `max_duration_s`, it measures past
+    # its duration until each is decided, or that long after its start (`engine.window`).
+    objectives: tuple[Objective, ...] = ()
+    confidence: float = CONFIDENCE
+    max_duration_s: float | None = None

@@ -21,11 +21,12 @@ import zmq
 
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.contract import RunState, StatusReport, Workers
-from dagperf.engine import Dispatcher, Flight, Phase, Progress
+from dagperf.engine import Dispatcher, Flight, Phase, Progress, Until
 from dagperf.exports.run import Artifacts, RunOutput
 from dagperf.graph import RequestGraph
 from dagperf.keys import Gate, secure_server
 from dagperf.metrics.live import LiveMetrics
+from dagperf.metrics.window import WindowSample, sampled
 from dagperf.scheduler.deadline import DeadlineTimer
 from dagperf.scheduler.options import SchedulerError, SchedulerOptions
 from dagperf.scheduler.outbox import Outbox
@@ -53,10 +54,16 @@ class Scheduler:
         self.artifacts = artifacts
         self.options = options
         self.on_progress = on_progress
-        self.dispatcher = Dispatcher(graph, load, time.monotonic)
         self.live = LiveMetrics(options.benchmark) if options.metrics_port is not None else None
         o = options
-        self.output = RunOutput(artifacts, o.goodput, self.live, o.slice_duration_s, o.scrape)
+        window = WindowSample(sampled(endpoint.streaming), o.objectives, o.confidence)
+        self.output = RunOutput(
+            artifacts, o.goodput, self.live, o.slice_duration_s, o.scrape, window
+        )
+        until = None
+        if o.objectives and o.max_duration_s is not None:
+            until = Until(self.output.decided, o.max_duration_s)
+        self.dispatcher = Dispatcher(graph, load, time.monotonic, until=until)
         self.status_server: StatusServer | None = None
         self._state = RunState.WAITING
         self.endpoint_url: str | None = None  # the address really bound, once listening
