@@ -92,7 +92,7 @@ class WindowSample:
     def add(self, result: Result) -> None:
         if result.cut is not None:
             self.cut += 1
-            self.cut_waiting += not result.cut.stamps_ms
+            self.cut_waiting += result.cut.stamps_ms == ()  # (None: not known)
             self._add_cut(result)
         elif result.error is not None:
             self.failed += 1
