@@ -62,6 +62,8 @@ def record(
         # What the health check compares the output length with.
         "max_tokens": params.get("max_tokens", params.get("max_completion_tokens")),
         "ignore_eos": bool(params.get("ignore_eos")),
+        # Why the reply ended, in chat's words ("length": at max_tokens; "stop": by itself).
+        "finish_reason": result.finish_reason,
         "token_count_source": result.token_source,
         # Which backend served it, and how that is known ("header:<name>" or "connection").
         "backend": result.backend,

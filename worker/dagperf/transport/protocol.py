@@ -123,6 +123,7 @@ class Result(msgspec.Struct, array_like=True, frozen=True):
     backend: str | None = None  # which backend served it (see `backend_source`)
     backend_source: str | None = None  # "header:<name>", or "connection" (the peer address)
     cut: Cut | None = None
+    finish_reason: str | None = None  # why the reply ended, in chat's words (length, stop, ...)
 
     @property
     def failed(self) -> bool:

@@ -273,9 +273,10 @@ class Worker:
         self._armed.drop(credit.id)  # failed: they never start (after a success: none left)
         start = ex.start_ns or time.time_ns()
         end = ex.end_ns or time.time_ns()
+        finish = ex.reply.finish if error is None else None
         result = protocol.Result(
             credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source, started,
-            ex.backend, ex.backend_source, cut,
+            ex.backend, ex.backend_source, cut, finish,
         )  # fmt: skip
         if self._armed.add_result(result):
             asyncio.get_running_loop().call_soon(self._flush)
