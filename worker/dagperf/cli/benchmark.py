@@ -377,6 +377,7 @@ def recorded_inputs(
         "workers": workers,
         "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None,
         "goodput": options["goodput"],
+        "max_error_rate": options["max_error_rate"],  # what the run (and its health) judged on
     }
 
 

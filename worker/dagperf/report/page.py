@@ -24,6 +24,7 @@ thead th { background: #f4f4f4; }
 .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 8px; }
 .better { color: #2ca02c; font-weight: 600; } .worse { color: #d62728; font-weight: 600; }
 .pass { color: #2ca02c; } .fail { color: #d62728; } .skipped { color: #888; }
+.warn, .undecided { color: #ff7f0e; }
 .muted { color: #666; } pre { background: #f8f8f8; padding: 12px; overflow: auto; }
 """
 
