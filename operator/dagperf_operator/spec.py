@@ -22,7 +22,7 @@ from pydantic import (
 )  # fmt: skip
 from pydantic.alias_generators import to_camel
 
-from dagperf.config import LoadConfig, header_names
+from dagperf.config import MAX_SECONDS, LoadConfig, header_names
 from dagperf.health.report import HealthOptions
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 from dagperf.search.objectives import parse_objectives, unmeasurable
@@ -271,6 +271,15 @@ class Search(_Model):
     sweep: list[float] | None = Field(
         default=None, min_length=1, description="Exactly these loads, in order, instead."
     )
+    max_step_duration: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False,
+        description="The longest a step measures, in seconds (--max-step-duration, default "
+        "600): each runs until every objective is met or missed, or says undecided.",
+    )  # fmt: skip
+    confidence: float | None = Field(
+        default=None, gt=0, lt=1, description="Of a percentile objective's verdict "
+        "(--confidence-level, default 0.95).",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _as_the_cli_takes_it(self) -> Search:
@@ -293,6 +302,10 @@ class Search(_Model):
             out += ["--search-precision", f"{self.precision:g}"]
         if self.sweep:
             out += ["--sweep", ",".join(f"{v:g}" for v in self.sweep)]
+        if self.max_step_duration is not None:
+            out += ["--max-step-duration", f"{self.max_step_duration:g}"]
+        if self.confidence is not None:
+            out += ["--confidence-level", f"{self.confidence:g}"]
         return out
 
 
