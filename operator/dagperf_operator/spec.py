@@ -503,8 +503,8 @@ class Summary(_Model):
 class SearchStepStatus(_Model):
     value: float = Field(description="The load tried.")
     meets_slo: bool = Field(description="Whether every objective held.")
-    verdict: str = Field(
-        default="meets",
+    verdict: str | None = Field(
+        default=None,
         description="meets, misses, or undecided (the step measured too little to say).",
     )
 

@@ -67,10 +67,10 @@ class StatusReport(_Camel):
     failure: str | None = None
 
 
-class SearchStep(_Camel):
+class SearchStep(_Camel, omit_defaults=True):
     value: float
     meets_slo: bool
-    verdict: str = "meets"  # meets, misses or undecided (too little measured to say)
+    verdict: str | None = None  # meets, misses or undecided (too little measured to say)
 
 
 class SearchReport(_Camel):

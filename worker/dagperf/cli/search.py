@@ -26,8 +26,10 @@ def add_search(commands: Commands) -> None:
         description="Run the benchmark at one load after another, each a full run with its own "
         "exports, to find the highest --search-parameter at which every --slo objective is "
         "met: doubling from --search-min until a step misses or --search-max is reached, then "
-        "halving the gap (or each --sweep value in turn). Writes search_results.json. Exit 0 "
-        "with an answer, 4 when no load tried met the objectives. See docs/search.md.",
+        "halving the gap (or each --sweep value in turn). Each step measures until each "
+        "objective is met or missed (requests it cuts short count as censored values, not "
+        "errors), or says it is undecided and why. Writes search_results.json. Exit 0 with an "
+        "answer, 4 when no load tried met the objectives. See docs/search.md.",
     )
     profile_flags(search)
     group = search.add_argument_group("search")

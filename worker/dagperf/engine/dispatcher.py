@@ -27,7 +27,9 @@ optionally capped by `concurrency`.
 
 Stops: a literal cap on sent requests, a number of roots, a duration or a stop request (then a
 grace period for what is in flight, then cancellation), an interrupt, or --fail-fast on a child
-error. Warm-up phases run first, are waited for, and are not measured: the dataset's own (its
+error; under objectives (`window.Until`), the duration is a floor and the phase goes on until
+they are decided. What starts while the profiling's load is at its level is marked measured
+(`window`). Warm-up phases run first, are waited for, and are not measured: the dataset's own (its
 graph's warm-up trees, one at a time) and one of `warmup_request_count` requests (`phase.stages`).
 A failure can also stop one tree only (--cancel-session-on-failure: `runs`); the armed nodes its
 other flights carry are disarmed here.
@@ -114,7 +116,7 @@ class Dispatcher:
         self.router.remove(worker)
         lost = [f for f in self._inflight.values() if f.worker == worker]
         for flight in lost:
-            self._account(flight, ok=False)
+            self._account(flight, ok=False, cut=True)  # the run's loss, not the endpoint's error
             self._settle_armed(flight, ())
             self._end(flight.run, flight.node, NodeState.FAILED)
         for run in list(self._runs.values()):

@@ -277,13 +277,16 @@ class Scheduler:
         self._peers.remove(worker)
         lost = self.dispatcher.remove_worker(worker)
         log.warning(
-            "lost worker %s (%s); %d request(s) in flight on it failed", worker, why, len(lost)
+            "lost worker %s (%s); %d request(s) in flight on it are lost", worker, why, len(lost)
         )
         now = time.time_ns()
-        for flight in lost:
+        for flight in lost:  # the run lost them, not the endpoint: cut, nothing seen of them
             issued = self._outbox.issued(flight.credit, now)
             error = protocol.ErrorInfo(None, "WorkerLost", f"worker {worker} was lost: {why}")
-            self._record(flight, protocol.Result(flight.credit, issued, None, now, {}, error))
+            cut = protocol.Cut((now - issued) / 1e6, None)
+            self._record(flight, protocol.Result(
+                flight.credit, issued, None, now, {}, error, cut=cut
+            ))  # fmt: skip
         self._flush()
 
     # --- output -----------------------------------------------------------------------------

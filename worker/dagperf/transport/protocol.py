@@ -97,7 +97,8 @@ CANCELLED = "RequestCancellationError"  # the type of a request the run itself c
 
 class Cut(msgspec.Struct, array_like=True, frozen=True):
     """What was seen of a request the run itself cut short (its duration's grace period, a
-    stop, an interrupt): a censored observation, neither a success nor the endpoint's error."""
+    stop, an interrupt; or lost, with the worker that sent it): a censored observation, neither
+    a success nor the endpoint's error."""
 
     waited_ms: float  # from the request's start to the cut
     # when each output event came, in ms after the start; None: nothing is known of it (its

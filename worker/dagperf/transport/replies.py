@@ -100,8 +100,15 @@ class Reply:
     """Everything one request got back, accumulated chunk by chunk or from one body."""
 
     __slots__ = (
-        "_body", "_chunk", "completion", "content", "finish", "reasoning", "tool_calls", "usage",
-    )  # fmt: skip
+        "_body",
+        "_chunk",
+        "completion",
+        "content",
+        "finish",
+        "reasoning",
+        "tool_calls",
+        "usage",
+    )
 
     def __init__(
         self,
