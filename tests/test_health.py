@@ -567,7 +567,12 @@ def test_the_endpoint_s_errors_fail_the_health_past_the_run_s_max_error_rate(tmp
     assert lenient.check(ERRORS).status is Status.PASS
     assert "30 cut short by the run, not errors" in lenient.check(ERRORS).summary
     only_cut = check(tmp_path, [record("c", 0, 1, cut=True)]).check(ERRORS)
-    assert only_cut.status is Status.SKIPPED
+    assert only_cut.status is Status.SKIPPED  # it waited at least so long: nothing to judge
+    lost = record("lost", 0, 1, cut=True)
+    lost["metadata"]["cut"]["first_token"] = None  # lost with its worker: nothing seen of it
+    only_lost = check(tmp_path, [lost]).check(ERRORS)
+    assert only_lost.status is Status.FAIL  # measured nothing: no "Health: passed"
+    assert only_lost.summary.startswith("nothing was measured: all 1 requests were lost")
 
 
 # --- files, report, command -------------------------------------------------------------------

@@ -59,6 +59,19 @@ def rejection(
     return None
 
 
+def unmeasured(ok: int, failed: int, cut: int, unseen: int) -> str | None:
+    """Why a run measured nothing at all, when it did not: no request answered or failed, and
+    nothing was seen of those the run cut short (`unseen`: lost with their worker, or never
+    heard of after a cancel). Not the endpoint's failure, but no result either: the run fails.
+    (A request cut while it waited still says its wait was at least that long.)"""
+    if ok or failed or not cut or unseen < cut:
+        return None
+    return (
+        f"nothing was measured: all {cut:,} requests were lost by the run (with their worker, "
+        "or never heard of after a cancel)"
+    )
+
+
 def describe_error(code: int | None, kind: str, message: str) -> str:
     """An error in one line: its type, code and the start of its message."""
     shown = "" if code is None else f" {code}"

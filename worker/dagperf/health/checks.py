@@ -46,7 +46,7 @@ from dagperf.health.report import (
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import CANCELLED
 from dagperf.transport.replies import LENGTH, STOP
-from dagperf.verdict import describe_error, rejection
+from dagperf.verdict import describe_error, rejection, unmeasured
 
 WORST = 5  # offenders listed per check
 
@@ -544,7 +544,7 @@ class RequestErrors:
     them (`dagperf.verdict`); requests the run cut short are not errors."""
 
     def __init__(self) -> None:
-        self.ok = self.failed = self.cut = 0
+        self.ok = self.failed = self.cut = self.unseen = 0
         self._errors: dict[tuple[Any, Any, str], int] = {}
 
     def add(self, record: Record) -> None:
@@ -553,6 +553,7 @@ class RequestErrors:
             self.ok += 1
         elif meta.cut is not None or (meta.was_cancelled and error.get("type") == CANCELLED):
             self.cut += 1
+            self.unseen += meta.cut is not None and meta.cut.get("first_token") is None
         else:
             self.failed += 1
             key = (error.get("code"), error.get("type"), str(error.get("message"))[:200])
@@ -569,6 +570,8 @@ class RequestErrors:
         details = {"succeeded": self.ok, "failed": self.failed, "cut": self.cut,
                    "max_error_rate": max_error_rate}  # fmt: skip
         cut = f"; {self.cut} cut short by the run, not errors" if self.cut else ""
+        if (nothing := unmeasured(self.ok, self.failed, self.cut, self.unseen)) is not None:
+            return CheckResult(name=ERRORS, status=Status.FAIL, summary=nothing, details=details)
         if not self.ok + self.failed:
             summary = f"no request was answered or failed{cut}"
             return CheckResult(name=ERRORS, status=Status.SKIPPED, summary=summary,

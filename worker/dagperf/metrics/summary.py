@@ -139,6 +139,7 @@ class PhaseSummary:
         self.ok = 0
         self.errors: Counter[ErrorInfo] = Counter()  # the endpoint's failures
         self.cut = 0  # requests the run cut short
+        self.unseen = 0  # ... of which nothing was seen (lost with their worker)
         self.first_start_ns: int | None = None
         self.last_end_ns: int | None = None
 
@@ -149,6 +150,7 @@ class PhaseSummary:
             self.last_end_ns = result.end_ns
         if result.cut is not None:
             self.cut += 1
+            self.unseen += result.cut.stamps_ms is None
         elif result.error is not None:
             error = result.error
             if error not in self.errors and len(self.errors) >= MAX_ERROR_KINDS:

@@ -12,7 +12,7 @@ from dagperf.contract import FinalReport, RunState, StatusReport
 from dagperf.engine import Dispatcher
 from dagperf.engine.window import Window
 from dagperf.exports.run import RunOutput
-from dagperf.verdict import rejection
+from dagperf.verdict import rejection, unmeasured
 
 log = logging.getLogger("dagperf.scheduler")
 
@@ -88,10 +88,12 @@ def conclude(
         cancelled=cut_short or d.failure is not None,
         window_ns=_wall_ns(d.window),
     )
+    s = output.summary
     failure = d.failure or write_failure
+    if failure is None and not cut_short:
+        failure = unmeasured(s.ok, s.error_count, s.cut, s.unseen)
     outcome = Outcome(document, failure, d.closed_reason, interrupted, stopped)
     if failure is None and not cut_short:
-        s = output.summary
         outcome.rejected = rejection(
             s.ok, s.error_count, max_error_rate, s.most_common_error(), s.cut
         )
