@@ -4,10 +4,16 @@ subreaper of everything it starts."""
 from __future__ import annotations
 
 import ctypes
+import os
+from pathlib import Path
 
 import pytest
 
+import image_runtime
 from control_plane import ControlPlane
+from engine_stack import Engines
+
+IMAGE = image_runtime.image_name()
 
 
 @pytest.fixture(scope="session")
@@ -21,10 +27,49 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory):
         plane.down()
 
 
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory: pytest.TempPathFactory):
+    """Three llama-servers on loopback, one request slot each, serving a tiny random-weight
+    llama written for this session, each behind a relay that logs what it received
+    (tests/engines/up.sh); stopped by down.sh at the end of the session."""
+    stack = Engines.up(tmp_path_factory.mktemp("engines"), 3)
+    try:
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's image, built by tests/image/build.sh (or found unchanged in podman's layer
+    cache) once a session; the directory of its SBOM and build record. tests/run.sh builds it
+    first and names that directory in $DAGPERF_IMAGE_BUILT: the image it recorded is taken as
+    it is when it is still the one under the image's name."""
+    built = os.environ.get("DAGPERF_IMAGE_BUILT")
+    if built and (Path(built) / "build.txt").exists():
+        record = (Path(built) / "build.txt").read_text()
+        current = image_runtime.podman("image", "inspect", "--format={{.Id}}", IMAGE).stdout
+        if f"id: sha256:{current.strip()}\n" in record:
+            return Path(built)
+    output = tmp_path_factory.mktemp("image")
+    build = image_runtime.build(output)
+    assert build.returncode == 0, build.stdout + build.stderr
+    name, size = build.stdout.splitlines()[-2:]
+    assert name == f"image: localhost/{IMAGE}"
+    assert size.startswith("size: ") and size.endswith(" bytes)")
+    return output
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The cluster tests last: the control plane then runs only while they do, not beside the
-    rest of the suite (some of which measures timing)."""
-    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)
+    """The engine tests, then the cluster tests, last: the engines and the control plane then
+    run only while their tests do, not beside the rest of the suite (some of which measures
+    timing)."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("cluster") is not None,
+            item.get_closest_marker("engine") is not None,
+        )
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

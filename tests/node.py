@@ -21,6 +21,15 @@ What a node would provide, stood in for locally:
 - a mount path at the start of a command argument, an environment value or the termination
   message path is that directory; `$(VAR)` expands as the kubelet expands it.
 Images are not pulled: `dagperf` and `dagperf-operator` run from the installed project.
+
+With `containers=True` each pod's containers run instead as podman containers of the image
+they name, which must be on this machine (tests/image/build.sh builds the project's): as the
+pod's user and groups, with its read-only root, capabilities, privilege escalation and memory
+limit (tests/image_runtime.py), its volumes mounted at their paths (their files given to the pod's
+fsGroup, as a kubelet does), the host's network (each pod still has its own loopback address),
+and the API server's Service in KUBERNETES_SERVICE_HOST/PORT, so a pod with a service account
+uses its in-cluster configuration. Service names are mapped as for processes (the resolver
+and the hosts file are mounted read-only; a short name resolves in the pod's namespace).
 """
 
 from __future__ import annotations
@@ -38,19 +47,35 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
+import image_runtime
 from control_plane import ApiError, Client, ControlPlane
+from image_runtime import ContainerConfigError, ImageNotPresent, Mount
 
 BIN = Path(sys.executable).parent  # the image's entry points, installed in this environment
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps
 RESOLVER = Path(__file__).parent / "cluster" / "resolver"
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+IN_CONTAINER = "/run/dagperf-test"  # where a container sees the resolver and the hosts file
+READ_ONLY_VOLUMES = ("configMap", "secret", "projected", "downwardAPI")
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Launch:
+    """What starting a container takes: its command and environment as this node runs them,
+    where its termination message lands, and its mounts (host directory or file by path)."""
+
+    command: list[str]
+    env: dict[str, str]
+    termination: Path
+    mounts: dict[str, Mount]
 
 
 @dataclass
@@ -61,7 +86,8 @@ class LocalPod:
     ip: str
     directory: Path
     task: asyncio.Task | None = None
-    process: asyncio.subprocess.Process | None = None
+    process: asyncio.subprocess.Process | None = None  # in containers mode, `podman run`'s
+    container: str | None = None  # its name, in containers mode
     restarts: int = 0
     probe_failures: int = 0  # restarts a failing probe caused
     stopping: bool = False
@@ -70,7 +96,13 @@ class LocalPod:
 
 class Node:
     def __init__(
-        self, plane: ControlPlane, client: Client, root: Path, name: str, namespaces: set[str]
+        self,
+        plane: ControlPlane,
+        client: Client,
+        root: Path,
+        name: str,
+        namespaces: set[str],
+        containers: bool = False,
     ):
         self.plane = plane
         self.api = client
@@ -80,12 +112,18 @@ class Node:
         self.pods: dict[str, LocalPod] = {}  # by uid
         self.started: list[str] = []  # the name of every pod ever started here
         self.errors: list[str] = []  # API calls that failed, shown with the pods' output
-        self.hosts = root / "hosts.json"  # Service names -> pod addresses, for outside processes
+        # Service names -> pod addresses, for outside processes (in a directory of its own, which
+        # containers mount: the file is replaced whole at each change)
+        self.hosts = root / "dns" / "hosts.json"
+        self.containers = containers
+        self.images: dict[str, str] = {}  # pod name -> the image ID its container ran
         # Pod addresses of this test session's own (127.0.0.0/8 is all loopback), so a suite
         # running beside this one does not hand out the same ones.
         network = 10 + os.getpid() % 240
         self._addresses = (f"127.{network}.{n // 250}.{n % 250 + 1}" for n in itertools.count())
         self._loop: asyncio.Task | None = None
+        self._api_service: asyncio.Server | None = None  # containers mode: see _serve_api
+        self._fixed_hosts: dict[str, str] = {}
 
     def claim(self, name: str) -> Path:
         """The directory standing in for a PersistentVolumeClaim."""
@@ -105,8 +143,10 @@ class Node:
         return "\n".join([f"--- node: {e}" for e in self.errors[-5:]] + logs)
 
     async def __aenter__(self) -> Node:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.hosts.parent.mkdir(parents=True, exist_ok=True)
         self.hosts.write_text("{}")
+        if self.containers:
+            await self._serve_api()
         await self._register()
         self._loop = asyncio.create_task(self._run())
         return self
@@ -115,6 +155,13 @@ class Node:
         assert self._loop is not None
         await cancelled(self._loop)
         await asyncio.gather(*(self._stop(pod) for pod in list(self.pods.values())))
+        if self._api_service is not None:
+            self._api_service.close()
+        if self.containers:  # any a failure left behind
+            mine = f"--filter=label=dagperf-test-node={self.name}"
+            left = image_runtime.podman("ps", "--all", "--quiet", mine).stdout.split()
+            if left:
+                image_runtime.podman("rm", "--force", "--time=0", *left)
         for pod in await self.api.items(f"/api/v1/pods?fieldSelector=spec.nodeName={self.name}"):
             meta = pod["metadata"]  # the node is going away, and its pods with it
             await self.api.delete(
@@ -191,8 +238,33 @@ class Node:
             },
         )  # fmt: skip  (a conflict means it is bound already; the next sync sees it)
 
+    async def _serve_api(self) -> None:
+        """The `kubernetes` Service as kube-proxy serves it, for in-cluster clients that use its
+        name (kopf's service-account login: https://kubernetes.default.svc): its port 443 on an
+        address of its own, relayed to the API server (whose certificate names the Service)."""
+        api = urlsplit(self.plane.url)
+
+        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            upstream_reader, upstream_writer = await asyncio.open_connection(api.hostname, api.port)
+
+            async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+                with contextlib.suppress(ConnectionError):
+                    while data := await source.read(65536):
+                        sink.write(data)
+                        await sink.drain()
+                sink.close()
+
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+        address = next(self._addresses)
+        self._api_service = await asyncio.start_server(relay, address, 443)
+        self._fixed_hosts = {
+            "kubernetes.default.svc": address,
+            "kubernetes.default.svc.cluster.local": address,
+        }
+
     async def _publish(self, pods: list[dict[str, Any]]) -> None:
-        hosts: dict[str, str] = {}
+        hosts: dict[str, str] = dict(self._fixed_hosts)
         for service in await self.api.items("/api/v1/services"):
             meta = service["metadata"]
             if (ip := self._backing(service, pods)) is not None:
@@ -237,22 +309,25 @@ class Node:
         restart = spec.get("restartPolicy", "Always")
         while True:
             try:
-                command, env, termination = await self._prepare(local, pod, container)
+                launch = await self._prepare(local, pod, container)
                 break
-            except LookupError as e:  # a missing ConfigMap or Secret: the pod waits for it
-                waiting = {"reason": "CreateContainerConfigError", "message": str(e)}
+            except (LookupError, ContainerConfigError) as e:  # a missing ConfigMap or Secret:
+                reason = (  # the pod waits for it
+                    "ErrImageNeverPull"
+                    if isinstance(e, ImageNotPresent)
+                    else "CreateContainerConfigError"
+                )
+                waiting = {"reason": reason, "message": str(e)}
                 await self._report(local, container, "Pending", {"waiting": waiting})
                 await asyncio.sleep(1)
         if spec.get("initContainers") and not await self._initialize(local, pod, container):
             return
         last: dict[str, Any] | None = None
+        termination = launch.termination
         while not local.stopping:
             termination.unlink(missing_ok=True)
             with (local.directory / "output.log").open("ab") as log:
-                local.process = await asyncio.create_subprocess_exec(
-                    *command, env=env, cwd=local.directory, stdout=log,
-                    stderr=asyncio.subprocess.STDOUT, preexec_fn=os.setpgrp,
-                )  # fmt: skip
+                local.process = await self._spawn(local, pod, container, launch, log)
             running = {"running": {"startedAt": _now()}}
             probed = "startupProbe" in container
             await self._report(local, container, "Running", running, last, ready=not probed)
@@ -288,14 +363,12 @@ class Node:
         done: list[dict[str, Any]] = []
         initializing = {"waiting": {"reason": "PodInitializing"}}
         for init in pod["spec"]["initContainers"]:
-            command, env, termination = await self._prepare(local, pod, init)
+            launch = await self._prepare(local, pod, init)
+            termination = launch.termination
             termination.unlink(missing_ok=True)
             output = local.directory / f"{init['name']}.log"
             with output.open("ab") as log:
-                local.process = await asyncio.create_subprocess_exec(
-                    *command, env=env, cwd=local.directory, stdout=log,
-                    stderr=asyncio.subprocess.STDOUT, preexec_fn=os.setpgrp,
-                )  # fmt: skip
+                local.process = await self._spawn(local, pod, init, launch, log)
             code = await local.process.wait()
             if local.stopping:
                 return False
@@ -358,15 +431,18 @@ class Node:
                         await asyncio.sleep(probe.get("periodSeconds", 10))
                 else:
                     local.probe_failures += 1
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(local.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+                    self._kill(local)
                     return
 
     async def _stop(self, local: LocalPod) -> None:
         """SIGTERM to the container's process group, then SIGKILL after the grace period."""
         local.stopping = True
         process = local.process
-        if process is not None and process.returncode is None:
+        if process is not None and process.returncode is None and local.container is not None:
+            # SIGTERM, then SIGKILL after the pod's grace period (its --stop-timeout)
+            await asyncio.to_thread(image_runtime.podman, "stop", local.container)
+            await process.wait()
+        elif process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
             try:
@@ -382,9 +458,16 @@ class Node:
 
     def kill(self, namespace: str, name: str) -> None:
         """SIGKILL a pod's container, as a crash or the OOM killer would."""
-        process = self.pod(namespace, name).process
-        assert process is not None and process.returncode is None
-        os.killpg(process.pid, signal.SIGKILL)
+        local = self.pod(namespace, name)
+        assert local.process is not None and local.process.returncode is None
+        self._kill(local)
+
+    def _kill(self, local: LocalPod) -> None:
+        if local.container is not None:
+            image_runtime.podman("kill", "--signal=KILL", local.container)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(local.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
 
     async def _report(
         self,
@@ -431,34 +514,112 @@ class Node:
 
     async def _prepare(
         self, local: LocalPod, pod: dict[str, Any], container: dict[str, Any]
-    ) -> tuple[list[str], dict[str, str], Path]:
+    ) -> Launch:
         spec = pod["spec"]
         local.directory.mkdir(parents=True, exist_ok=True)
         volumes = {v["name"]: await self._volume(v, local, pod) for v in spec.get("volumes") or []}
-        mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts") or []}
+        mounts = {
+            m["mountPath"]: Mount(volumes[m["name"]], m.get("readOnly", False))
+            for m in container.get("volumeMounts") or []
+        }
         termination = local.directory / "termination-log"
-        mounts[container.get("terminationMessagePath", "/dev/termination-log")] = termination
+        mounts[container.get("terminationMessagePath", "/dev/termination-log")] = Mount(termination)
+        if self.containers:
+            self._own(spec, volumes)
+            env = self._container_env(local)
+            mounts[f"{IN_CONTAINER}/resolver"] = Mount(RESOLVER, read_only=True)
+            mounts[f"{IN_CONTAINER}/dns"] = Mount(self.hosts.parent, read_only=True)
+        else:
+            env = self._process_env(local, mounts)
+        mapped = {} if self.containers else mounts  # a container sees the paths themselves
+        for variable in container.get("env") or []:
+            value = await self._value(variable, local)
+            env[variable["name"]] = await self._local(expand(value, env), mapped, local)
+        command = [
+            await self._local(expand(a, env), mapped, local)
+            for a in (container.get("command") or []) + (container.get("args") or [])
+        ]
+        if not self.containers and (BIN / command[0]).exists():
+            command[0] = str(BIN / command[0])
+        return Launch(command, env, termination, mounts)
 
+    def _process_env(self, local: LocalPod, mounts: dict[str, Mount]) -> dict[str, str]:
         env = {
             "PATH": f"{BIN}:{os.environ['PATH']}",
             "PYTHONPATH": str(RESOLVER),  # the cluster's DNS, for Python's own look-ups
             "DAGPERF_TEST_HOSTS": str(self.hosts),
+            "DAGPERF_TEST_NAMESPACE": local.namespace,  # short names resolve in it
         }
         if SERVICE_ACCOUNT_MOUNT in mounts:
-            token = (mounts[SERVICE_ACCOUNT_MOUNT] / "token").read_text()
+            token = (mounts[SERVICE_ACCOUNT_MOUNT].host / "token").read_text()
             env["KUBECONFIG"] = str(
                 self.plane.token_kubeconfig(token, local.directory / "kubeconfig")
             )
-        for variable in container.get("env") or []:
-            value = await self._value(variable, local)
-            env[variable["name"]] = await self._local(expand(value, env), mounts, local)
-        command = [
-            await self._local(expand(a, env), mounts, local)
-            for a in (container.get("command") or []) + (container.get("args") or [])
-        ]
-        if (BIN / command[0]).exists():
-            command[0] = str(BIN / command[0])
-        return command, env, termination
+        return env
+
+    def _container_env(self, local: LocalPod) -> dict[str, str]:
+        return {
+            # What a kubelet gives every container: the `kubernetes` Service, here the API
+            # server's own loopback address (its certificate names 127.0.0.1).
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(urlsplit(self.plane.url).port),
+            "PYTHONPATH": f"{IN_CONTAINER}/resolver",
+            "DAGPERF_TEST_HOSTS": f"{IN_CONTAINER}/dns/{self.hosts.name}",
+            "DAGPERF_TEST_NAMESPACE": local.namespace,
+        }
+
+    @staticmethod
+    def _own(spec: dict[str, Any], volumes: dict[str, Path]) -> None:
+        """Volumes as a kubelet leaves them for the pod's user: an emptyDir writable by all,
+        and every volume given to the pod's fsGroup."""
+        group = (spec.get("securityContext") or {}).get("fsGroup")
+        for volume in spec.get("volumes") or []:
+            path = volumes[volume["name"]]
+            if "emptyDir" in volume:
+                path.chmod(0o777)
+            if group is not None:
+                read_only = any(kind in volume for kind in READ_ONLY_VOLUMES)
+                image_runtime.give_to_group(path, group, read_only)
+
+    async def _spawn(
+        self, local: LocalPod, pod: dict[str, Any], container: dict[str, Any], launch: Launch, log
+    ) -> asyncio.subprocess.Process:
+        """Start a container: its command as a local process, or `podman run` of its image."""
+        if not self.containers:
+            return await asyncio.create_subprocess_exec(
+                *launch.command, env=launch.env, cwd=local.directory, stdout=log,
+                stderr=asyncio.subprocess.STDOUT, preexec_fn=os.setpgrp,
+            )  # fmt: skip
+        launch.termination.touch()
+        launch.termination.chmod(0o666)  # the kubelet's: any user may write its message
+        labels = {
+            "dagperf-test-node": self.name,
+            "io.kubernetes.pod.name": local.name,
+            "io.kubernetes.pod.namespace": local.namespace,
+        }
+        options, image_id = await asyncio.to_thread(
+            image_runtime.run_arguments,
+            pod,
+            container,
+            launch.command,
+            launch.mounts,
+            launch.env,
+            labels,
+        )
+        attempt = len(local.exits)
+        local.container = f"k8s_{container['name']}_{local.name}_{local.namespace}_{attempt}"
+        self.images[local.name] = image_id
+        return await asyncio.create_subprocess_exec(
+            "podman",
+            "run",
+            f"--name={local.container}",
+            *options,
+            env=os.environ | image_runtime.ENV | launch.env,
+            cwd=local.directory,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=os.setpgrp,
+        )
 
     async def _volume(self, volume: dict[str, Any], local: LocalPod, pod: dict[str, Any]) -> Path:
         path = local.directory / "volumes" / volume["name"]
@@ -504,7 +665,9 @@ class Node:
         data = found.get("data") or {}
         items = source.get("items") or [{"key": key, "path": key} for key in data]
         for item in items:  # only the items named, as a kubelet projects them
-            mode = source.get("defaultMode", 0o644) & 0o700  # the owner is the pod's user
+            mode = source.get("defaultMode", 0o644)
+            if not self.containers:
+                mode &= 0o700  # the owner is the pod's user, this node's
             _write(path / item["path"], base64.b64decode(data[item["key"]]), mode)
 
     async def _token(self, pod: dict[str, Any], source: dict[str, Any]) -> str:
@@ -538,11 +701,11 @@ class Node:
             return base64.b64decode(found["data"][ref["key"]]).decode()
         return found["data"][ref["key"]]
 
-    async def _local(self, value: str, mounts: dict[str, Path], local: LocalPod) -> str:
+    async def _local(self, value: str, mounts: dict[str, Mount], local: LocalPod) -> str:
         """A value as this node needs it: mount paths, Service names and 0.0.0.0 mapped."""
         for mount in sorted(mounts, key=len, reverse=True):
             if value == mount or value.startswith(mount + "/"):
-                value = str(mounts[mount]) + value[len(mount) :]
+                value = str(mounts[mount].host) + value[len(mount) :]
                 break
         for match in set(re.findall(r"[a-z0-9-]+\.[a-z0-9-]+\.svc(?:\.cluster\.local)?", value)):
             value = value.replace(match, await self._resolve(match))

@@ -10,13 +10,17 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 
 # The metrics tests run a real Prometheus, the operator tests a real kubectl (Debian's
 # packages; any kubectl already installed will do), the report tests a real Chromium; the
-# control plane's scripts need openssl and curl.
+# control plane's and the engines' scripts need openssl and curl; llama-server is built with
+# cmake and a C++ toolchain. (tests/image/build.sh installs podman, runc and mmdebstrap
+# itself.)
 packages=()
 command -v prometheus > /dev/null || packages+=(prometheus)
 command -v chromium > /dev/null || packages+=(chromium)
 command -v kubectl > /dev/null || packages+=(kubernetes-client)
 command -v openssl > /dev/null || packages+=(openssl)
 command -v curl > /dev/null || packages+=(curl)
+command -v cmake > /dev/null || packages+=(cmake)
+{ command -v c++ && command -v make; } > /dev/null || packages+=(build-essential)
 if [ ${#packages[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -35,5 +39,19 @@ pip install --quiet -e ".[test]"
 started=$SECONDS
 tests/cluster/build.sh > /dev/null
 echo "control plane binaries ready in $((SECONDS - started)) s"
+
+# The image (one Dockerfile, built with podman on a Debian base that tests/image/build.sh makes
+# with mmdebstrap and caches in ~/.cache/dagperf-image; podman's layer cache rebuilds only what
+# changed), which the `image` tests run as the cluster runs it.
+started=$SECONDS
+export DAGPERF_IMAGE_BUILT="$HOME/.cache/dagperf-image/out" # its SBOM and build record
+tests/image/build.sh "$DAGPERF_IMAGE_BUILT" | tail -2
+echo "image ready in $((SECONDS - started)) s"
+
+# The engine tests' llama-server, built from the llama.cpp that the llama-cpp-python sdist
+# vendors into ~/.cache/dagperf-engines once and reused (about 6 min cold on 2 cores).
+started=$SECONDS
+tests/engines/build.sh > /dev/null
+echo "llama-server ready in $((SECONDS - started)) s"
 
 python -m pytest -q "$@"

@@ -138,6 +138,7 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/search/single-turn.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/backends/fork-heavy.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/report/agent-tree.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
+    "examples/routing/agent-forks.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/aiperf/single_turn.jsonl": ["--custom-dataset-type", "single_turn"],
     "examples/aiperf/multi_turn.jsonl": ["--custom-dataset-type", "multi_turn"],
     "examples/aiperf/raw_payload.jsonl": ["--custom-dataset-type", "raw_payload"],
@@ -164,6 +165,8 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
 # reads (it needs the lmeval extra; without it, validating says how to install it).
 LMEVAL_TASK = {"examples/lmeval/arith.yaml", "examples/lmeval/arith.jsonl"}
 NEEDS_LM_EVAL = {"examples/veeksha/lmeval.yaml"}
+# What runs an example rather than being one: the routing comparison's script and its table.
+EXAMPLE_SCRIPTS = {"examples/routing/compare.sh", "examples/routing/table.py"}
 
 
 def test_every_example_dataset_is_valid():
@@ -172,7 +175,9 @@ def test_every_example_dataset_is_valid():
     found = {
         str(p) for p in Path("examples").rglob("*") if p.is_file() and p.parent.name != "examples"
     }
-    assert found == set(EXAMPLE_TYPES) | LMEVAL_TASK, "a new example needs its type here"
+    assert found == set(EXAMPLE_TYPES) | LMEVAL_TASK | EXAMPLE_SCRIPTS, (
+        "a new example needs its type here"
+    )
     lm_eval = importlib.util.find_spec("lm_eval") is not None
     for path, flags in EXAMPLE_TYPES.items():
         args = [*flags, path] if flags == ["--session-config"] else [path, *flags]

@@ -172,6 +172,28 @@ def test_errors_in_a_stream_are_server_errors(api, stream, kind, message):
     assert (raised.value.kind, str(raised.value)) == (kind, message)
 
 
+def test_llama_cpp_timings_give_the_cached_tokens_where_usage_does_not():
+    """llama.cpp's server reports its prompt cache in `timings.cache_n` (also when its usage
+    block carries no `prompt_tokens_details`); OpenAI's own field wins where both are given."""
+    timings = {"cache_n": 948, "prompt_n": 1, "prompt_ms": 3.1, "predicted_n": 4}
+    usage = {"prompt_tokens": 949, "completion_tokens": 4, "total_tokens": 953}
+    last = {"choices": [], "usage": usage, "timings": timings}
+    reply = reply_for("chat")
+    reply.add_chunk(json.dumps({"choices": [{"index": 0, "delta": {"content": "hi"}}]}).encode())
+    reply.add_chunk(json.dumps(last).encode())
+    assert reply.usage_counts()["usage_prompt_cache_read_tokens"] == 948
+    whole = reply_for("chat")
+    details = usage | {"prompt_tokens_details": {"cached_tokens": 900}}
+    message = {"index": 0, "message": {"role": "assistant", "content": "hi"}}
+    whole.add_body(
+        json.dumps({"choices": [message], "usage": details, "timings": timings}).encode()
+    )
+    assert whole.usage_counts()["usage_prompt_cache_read_tokens"] == 900
+    bare = reply_for("chat")  # no usage block at all: the cache count still tells
+    bare.add_body(json.dumps({"choices": [message], "timings": timings}).encode())
+    assert bare.usage_counts() == {"usage_prompt_cache_read_tokens": 948}
+
+
 INCOMPLETE = RESPONSE | {"status": "incomplete", "output": [MESSAGE_ITEM],
                          "incomplete_details": {"reason": "max_output_tokens"},
                          "usage": RESPONSES_USAGE}  # fmt: skip

@@ -1,7 +1,7 @@
-"""The container image, checked where no Docker engine runs: the Dockerfile and .dockerignore
-read as Docker reads them, and examples/simulator.yaml against Kubernetes' schemas and by running
-its command. That the image builds and its pods start is tests/e2e/kind.sh's job, on a machine
-with Docker.
+"""The container image, checked without building it: the Dockerfile and .dockerignore read as
+Docker reads them, the one name every file gives the image, and examples/simulator.yaml against
+Kubernetes' schemas and by running its command. The image built and run is
+tests/test_image_container.py's (`-m image`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import dagperf
 from dagperf_operator.settings import OperatorSettings
+from test_chart import operator_container, render
 
+import image_runtime
 from runs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,28 +101,47 @@ def test_both_stages_start_from_the_same_pinned_slim_python_base():
     assert PYPROJECT["project"]["requires-python"] == ">=3.11"
 
 
+def pip_arguments(run: str) -> list[str]:
+    """The arguments of the `pip install` in a RUN line, up to the next `&&`."""
+    words = shlex.split(run)
+    start = words.index("install", words.index("pip")) + 1
+    return words[start : words.index("&&", start) if "&&" in words[start:] else None]
+
+
 def test_the_builder_installs_the_project_with_the_operator_extra_into_a_venv():
     builder, _ = stages()
     runs = " && ".join(builder.all("RUN"))
     venv = re.search(r"python -m venv (\S+)", runs)
     assert venv, "the builder makes no virtualenv"
-    (install,) = [r for r in builder.all("RUN") if "pip install" in r]
-    words = shlex.split(install)
-    start = words.index("pip") + 2
-    pip_args = words[start : words.index("&&", start) if "&&" in words[start:] else None]
-    assert "--no-cache-dir" in pip_args
-    assert not {"-e", "--editable"} & set(pip_args), "an editable install leaves the code behind"
+    dependencies, project = [r for r in builder.all("RUN") if "pip install" in r]
+    # The dependencies first, from pyproject.toml alone (a layer only its change rebuilds):
+    # the build backend, the dependencies and the operator extra's.
+    assert "tomllib" in dependencies and "requirements.txt" in dependencies
+    for key in ("'build-system']['requires']", "['dependencies']", "['operator']"):
+        assert key in dependencies, key
+    for pip_args in (pip_arguments(dependencies), pip_arguments(project)):
+        assert {"--no-cache-dir", "--no-compile"} <= set(pip_args)
+        assert not {"-e", "--editable"} & set(pip_args), "an editable leaves the code behind"
+    # Then the project itself, with nothing else (its dependencies are there).
+    pip_args = pip_arguments(project)
+    assert {"--no-deps", "--no-build-isolation"} <= set(pip_args)
     (target,) = [a for a in pip_args if not a.startswith("-")]
     extras = re.fullmatch(r"\.\[([\w,]+)\]", target)
     assert extras, f"installs {target!r}, not the project with extras"
     assert "operator" in extras[1].split(",") and "test" not in extras[1].split(",")
+    assert "pip uninstall --yes --quiet pip setuptools" in project  # nothing installs later
     assert builder.env()["PATH"].startswith(f"{venv[1]}/bin:")  # so that pip is the venv's
 
-    # It copies in what pyproject.toml needs to build: itself, the readme, the source roots.
-    copied = {source.rstrip("/") for rest in builder.all("COPY") for source in rest.split()[:-1]}
-    needed = {"pyproject.toml", PYPROJECT["project"]["readme"]}
+    # It copies pyproject.toml before the dependencies' step, and what the project's build
+    # needs (the readme, the source roots) only after it.
+    copies = [(n, rest) for n, (kw, rest) in enumerate(builder.instructions) if kw == "COPY"]
+    step = next(n for n, (kw, rest) in enumerate(builder.instructions) if rest == dependencies)
+    before = {s.rstrip("/") for n, rest in copies if n < step for s in rest.split()[:-1]}
+    after = {s.rstrip("/") for n, rest in copies if n > step for s in rest.split()[:-1]}
+    assert before == {"pyproject.toml"}
+    needed = {PYPROJECT["project"]["readme"]}
     needed |= set(PYPROJECT["tool"]["setuptools"]["packages"]["find"]["where"])
-    assert needed <= copied, f"the builder does not copy {needed - copied}"
+    assert needed <= after, f"the builder does not copy {needed - after}"
 
 
 def test_the_final_stage_holds_only_the_venv_and_no_build_tools():
@@ -146,6 +168,56 @@ def test_the_image_runs_as_the_uid_benchmark_pods_ask_for():
     (user_setup,) = [r for r in final.all("RUN") if "useradd" in r]
     assert f"--uid {UID}" in user_setup and f"--gid {UID}" in user_setup
     assert f"groupadd --system --gid {UID}" in user_setup
+
+
+# --- one name for the image ------------------------------------------------------------------
+
+
+def images_named(node: Any) -> list[str]:
+    """Every `image:` value in a manifest (containers, init containers, a Benchmark's spec)."""
+    if isinstance(node, dict):
+        own = [node["image"]] if isinstance(node.get("image"), str) else []
+        return own + [found for value in node.values() for found in images_named(value)]
+    if isinstance(node, list):
+        return [found for value in node for found in images_named(value)]
+    return []
+
+
+def test_every_example_doc_and_default_names_the_one_image():
+    """The chart's default image (image.repository, appVersion) is the one name: the version is
+    the project's, the operator's own default and every manifest in examples/ are the same, and
+    the README and the Dockerfile build and push it under that name (the README's REGISTRY/
+    being the user's registry). tests/e2e/kind.sh and tests/image/build.sh read it from the
+    chart (their own tests check what they build)."""
+    image = image_runtime.image_name()
+    repository, tag = image.rsplit(":", 1)
+    assert tag == PYPROJECT["project"]["version"] == dagperf.__version__
+    assert OperatorSettings().image == image
+    operator = operator_container(render())
+    assert operator["image"] == image
+    assert {e["name"]: e.get("value") for e in operator["env"]}["DAGPERF_IMAGE"] == image
+
+    manifests = sorted((ROOT / "examples").rglob("*.yaml"))
+    named = {
+        str(path.relative_to(ROOT)): images
+        for path in manifests
+        if (
+            images := [i for doc in yaml.safe_load_all(path.read_text()) for i in images_named(doc)]
+        )
+    }
+    assert named == {"examples/simulator.yaml": [image]}
+
+    readme = (ROOT / "README.md").read_text()
+    mentioned = re.findall(rf"[\w./-]*\b{re.escape(repository)}:\w[\w.-]*", readme)
+    assert mentioned and set(mentioned) <= {image, f"REGISTRY/{image}"}, mentioned
+    assert f"docker build -t REGISTRY/{image} ." in readme
+    assert f"--set image.repository=REGISTRY/{repository}" in readme  # its tag: appVersion
+    # the README's simulator step puts the pushed image in place of the example's
+    applied = re.search(
+        r'sed "s\|image: ([^|]*)\|image: ([^|]*)\|" examples/simulator.yaml', readme
+    )
+    assert applied and re.fullmatch(applied[1], f"{image}") and applied[2] == f"REGISTRY/{image}"
+    assert f"docker build -t {image} ." in DOCKERFILE.read_text()
 
 
 # --- .dockerignore, with Docker's matching rules -------------------------------------------------
@@ -277,8 +349,6 @@ def test_the_simulator_pod_is_locked_down_like_benchmark_pods():
     assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["runAsGroup"] == UID
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     container = simulator_container()
-    assert container["image"] == "dagperf:latest"  # OperatorSettings' default image, too
-    assert container["image"] == OperatorSettings().image
     security = container["securityContext"]
     assert security["allowPrivilegeEscalation"] is False
     assert security["readOnlyRootFilesystem"] is True
@@ -335,3 +405,60 @@ async def test_the_simulator_command_serves_its_probes_and_the_benchmark_model()
             process.terminate()  # SIGTERM, as the kubelet stops a pod
         returncode = await asyncio.wait_for(process.wait(), timeout=15)
     assert returncode == 0
+
+
+# --- a pod's security context, as the suite's node runs it with podman ---------------------------
+
+
+def test_a_benchmark_pods_security_context_becomes_podmans_options():
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": UID,
+        "runAsGroup": UID,
+        "fsGroup": UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = {
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    }
+    options = image_runtime.security_options(pod, container, image_user="")
+    assert options == [
+        f"--user={UID}:{UID}",
+        f"--group-add={UID}",
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--security-opt=no-new-privileges",
+        "--cap-drop=ALL",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("user", "image_user", "complaint"),
+    [
+        (0, "10001", "will run as root"),
+        (None, "root", "non-numeric user (root)"),
+        (None, "0:0", "will run as root"),
+    ],
+)
+def test_run_as_non_root_is_checked_as_the_kubelet_checks_it(user, image_user, complaint):
+    pod = {"runAsNonRoot": True} | ({"runAsUser": user} if user is not None else {})
+    with pytest.raises(image_runtime.ContainerConfigError, match=re.escape(complaint)):
+        image_runtime.security_options(pod, {}, image_user)
+    allowed = image_runtime.security_options(pod | {"runAsUser": UID}, {}, image_user)
+    assert allowed[0] == f"--user={UID}"
+
+
+def test_memory_limits_are_read_as_kubernetes_quantities():
+    assert [image_runtime.quantity(q) for q in ("512Mi", "1Gi", "1G", "1000")] == [
+        512 * 2**20,
+        2**30,
+        10**9,
+        1000,
+    ]
+    with pytest.raises(image_runtime.ContainerConfigError, match=re.escape("1.5Gi")):
+        image_runtime.quantity("1.5Gi")

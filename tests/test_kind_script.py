@@ -22,6 +22,8 @@ import yaml
 from dagperf_operator.manifests import Names
 from dagperf_operator.settings import OperatorSettings
 
+import image_runtime
+
 ROOT = Path(__file__).resolve().parent.parent
 SIMULATOR = ROOT / "examples" / "simulator.yaml"
 BENCHMARK = ROOT / "examples" / "benchmark.yaml"
@@ -29,6 +31,7 @@ KIND_SH = ROOT / "tests" / "e2e" / "kind.sh"
 BIN = Path(sys.executable).parent  # the venv's: shellcheck
 CLUSTER_TOOLS = ("kind", "docker", "kubectl", "helm")
 UID = OperatorSettings().run_as_user
+IMAGE = image_runtime.image_name()  # the chart's image, which the script builds and loads
 
 
 # --- tests/e2e/kind.sh -----------------------------------------------------------------------
@@ -180,18 +183,25 @@ def test_a_missing_chart_stops_it_before_any_cluster_is_made(tmp_path):
     assert [c[:2] for c in script.commands()] == [["docker", "info"]]
 
 
-def cluster_script(tmp_path: Path, *rules: dict[str, Any]) -> Script:
-    """Every tool present and working, a chart to install, and the given answers first."""
+def cluster_script(tmp_path: Path, *rules: dict[str, Any], image: str = IMAGE) -> Script:
+    """Every tool present and working, a chart to install (whose image is `image`), and the
+    given answers first."""
     script = Script(tmp_path)
     script.stub(*CLUSTER_TOOLS)
     script.chart.mkdir()
-    (script.chart / "Chart.yaml").write_text("apiVersion: v2\nname: dagperf\nversion: 0.1.0\n")
+    repository, version = image.rsplit(":", 1)
+    (script.chart / "Chart.yaml").write_text(
+        f'apiVersion: v2\nname: dagperf\nversion: 0.1.0\nappVersion: "{version}"\n'
+    )
+    (script.chart / "values.yaml").write_text(
+        f'# the image\nimage:\n  repository: {repository}  # where\n  tag: ""\nother: 1\n'
+    )
     script.rules = [
         *rules,
         {"when": ["docker info"], "stdout": "28.2.2\n"},
         {"when": ["kind get clusters"], "stdout": "some-other-cluster\n"},
         # the chart's operator gives benchmark pods the image the script loaded
-        {"when": ["kubectl", "get deployment dagperf-operator"], "stdout": "dagperf:e2e"},
+        {"when": ["kubectl", "get deployment dagperf-operator"], "stdout": image},
         {"when": ["kubectl", " cp "], "files": ["profile_export_aiperf.json", "inputs.json"]},
     ]
     return script
@@ -219,8 +229,8 @@ def test_a_full_run_builds_installs_benchmarks_copies_and_deletes_the_cluster(tm
     steps = [
         position(commands, "docker", "info"),
         position(commands, "kind", "create", "cluster", "--name", cluster),
-        position(commands, "docker", "build", "-t", "dagperf:e2e", str(ROOT)),
-        position(commands, "kind", "load", "docker-image", "dagperf:e2e", "--name", cluster),
+        position(commands, "docker", "build", "-t", IMAGE, str(ROOT)),
+        position(commands, "kind", "load", "docker-image", IMAGE, "--name", cluster),
         position(commands, "helm", "upgrade", "--install", "dagperf", str(script.chart)),
         position(commands, "kubectl", "-n", "default", "apply", "-f", "-"),
         position(commands, "kubectl", "rollout", "status", "deployment/dagperf-simulator"),
@@ -233,8 +243,8 @@ def test_a_full_run_builds_installs_benchmarks_copies_and_deletes_the_cluster(tm
     assert steps[-1] == len(commands) - 1  # deleting the cluster is the last thing it does
 
     helm = commands[steps[4]]
-    for option in ("image.repository=dagperf", "image.tag=e2e", "image.pullPolicy=Never"):
-        assert helm[helm.index(option) - 1] == "--set"
+    assert helm[helm.index("image.pullPolicy=Never") - 1] == "--set"
+    assert not [a for a in helm if a.startswith(("image.repository", "image.tag"))]  # its own
     for option in ("--wait", "--create-namespace"):
         assert option in helm
     assert helm[helm.index("--namespace") + 1] == "dagperf"
@@ -243,12 +253,14 @@ def test_a_full_run_builds_installs_benchmarks_copies_and_deletes_the_cluster(tm
     assert "--for=jsonpath={.status.phase}=Succeeded" in wait
     assert any(arg.startswith("--timeout=") for arg in wait)
 
-    # The simulator it applied is examples/simulator.yaml, on the image it loaded.
+    # The simulator it applied is examples/simulator.yaml, which runs the image it loaded, as
+    # it is but for the pull policy.
     applied = [c for c in script.calls() if "stdin" in c]
     simulator = list(yaml.safe_load_all(applied[0]["stdin"]))
     expected = list(yaml.safe_load_all(SIMULATOR.read_text()))
     container = expected[0]["spec"]["template"]["spec"]["containers"][0]
-    container.update(image="dagperf:e2e", imagePullPolicy="Never")
+    assert container["image"] == IMAGE
+    container.update(imagePullPolicy="Never")
     assert simulator == expected
 
     # The pod it copies through mounts the Benchmark's claim and passes Kubernetes' schema.
@@ -257,7 +269,7 @@ def test_a_full_run_builds_installs_benchmarks_copies_and_deletes_the_cluster(tm
     (volume,) = copier["spec"]["volumes"]
     assert volume["persistentVolumeClaim"]["claimName"] == Names("example").claim
     (copy,) = copier["spec"]["containers"]
-    assert (copy["image"], copy["imagePullPolicy"]) == ("dagperf:e2e", "Never")
+    assert (copy["image"], copy["imagePullPolicy"]) == (IMAGE, "Never")
     assert copier["spec"]["securityContext"]["runAsUser"] == UID
 
     assert sorted(p.name for p in script.results.iterdir()) == [
@@ -297,3 +309,25 @@ def test_a_failed_benchmark_shows_its_status_and_scheduler_logs(tmp_path, keep):
     deleted = ["kind", "delete", "cluster", "--name", script.cluster] in commands
     assert deleted == (keep != "1")
     assert not script.results.exists()
+
+
+def test_a_simulator_example_on_another_image_than_the_charts_stops_it(tmp_path):
+    """The chart's image is what the script builds and loads: an example naming another (here,
+    a chart of a newer version) would sit in ErrImageNeverPull; the script says so instead."""
+    script = cluster_script(tmp_path, image="dagperf:9.9.9")
+    run = script.run()
+    assert run.returncode == 1
+    assert "examples/simulator.yaml does not run dagperf:9.9.9, the image the chart runs" in (
+        run.stderr
+    )
+    assert position(script.commands(), "docker", "build", "-t", "dagperf:9.9.9", str(ROOT)) >= 0
+    assert not [c for c in script.commands() if "rollout" in c]
+
+
+def test_a_chart_without_its_image_stops_it_before_any_cluster_is_made(tmp_path):
+    script = cluster_script(tmp_path)
+    (script.chart / "values.yaml").unlink()
+    run = script.run()
+    assert run.returncode == 1
+    assert "names no image.repository (values.yaml) or appVersion" in run.stderr
+    assert [c[:2] for c in script.commands()] == [["docker", "info"]]

@@ -12,8 +12,10 @@ from dagfile import conv, turn, user
 from runs import profile
 
 KEY = "sk-other-apis"
-LINES = [conv("p", turn(messages=[user("plan the trip " * 20)], forks=["c"])),
-         conv("c", turn(messages=[user("book it")]))]  # fmt: skip
+LINES = [
+    conv("p", turn(messages=[user("plan the trip " * 20)], forks=["c"], max_tokens=4)),
+    conv("c", turn(messages=[user("book it")])),
+]
 
 
 def history_of(api: str, body: dict) -> list[dict]:
@@ -44,6 +46,9 @@ async def test_an_api_measures_as_chat_does_and_keeps_the_dag_history(tmp_path, 
     history = history_of(api, child_served.body)
     assert [m["role"] for m in history] == ["user", "assistant", "user"]
     assert history[1]["content"] == parent_served.reply  # the real reply, not a placeholder
+    if api == "responses":  # typed items: llama.cpp's server refuses an untyped one
+        assert {m["type"] for m in history} == {"message"}
+        assert parent["metadata"]["max_tokens"] == 4  # sent as max_output_tokens
     assert child["metrics"]["usage_prompt_cache_read_tokens"]["value"] > 0  # parent's prefix
     headers = {k.lower() for k in child_served.headers}
     if api == "messages":

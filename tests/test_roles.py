@@ -360,7 +360,7 @@ def test_heartbeats_keep_flowing_while_the_workers_loop_is_busy():
         assert router.poll(30_000)
         identity, *frames = router.recv_multipart()
         assert isinstance(protocol.decode(frames), protocol.Hello)
-        settings = protocol.WorkerSettings("chat", False, 1.0, "")
+        settings = protocol.WorkerSettings("chat", False, 1.0, ())
         router.send_multipart([identity, *protocol.encode(protocol.Welcome(settings, 0.05))])
         heard: list[float] = []
         while len(busy) < 2 or heard[-1] < busy[1]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dagperf import __version__
+
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 
 
@@ -34,7 +36,7 @@ def _about(chart: str | None, doc: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class OperatorSettings:
-    image: str = field(default="dagperf:latest", metadata=_about(
+    image: str = field(default=f"dagperf:{__version__}", metadata=_about(
         "image.repository, image.tag",
         "The image of benchmark pods (the operator's own): repository and tag (default: the "
         "chart's appVersion).",

@@ -11,6 +11,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=/dev/null  # start, wait_ready
+. "$HERE/../processes.sh"
 DIR="${DAGPERF_CLUSTER_DIR:-${TMPDIR:-/tmp}/dagperf-cluster}"
 BIN="$("$HERE/build.sh" | tail -1)"
 
@@ -75,30 +77,8 @@ EOF
 kubeconfig admin
 kubeconfig controller-manager
 
-start() { # start NAME COMMAND...: in the background, in a process group of its own, logged
-  local name=$1
-  shift
-  setsid "$@" > "$name.log" 2>&1 < /dev/null &
-  echo $! > "$name.pid"
-}
-
-wait_ready() { # wait_ready NAME URL CERT
-  local state
-  for _ in $(seq 1 600); do
-    if curl -sf --cacert pki/ca.crt --cert "pki/$3.crt" --key "pki/$3.key" "$2" > /dev/null; then
-      return 0
-    fi
-    state="$(sed 's/.*) //' "/proc/$(cat "$1.pid")/stat" 2> /dev/null | cut -d' ' -f1)"
-    if [ -z "$state" ] || [ "$state" = Z ]; then  # exited (a zombie until this shell waits)
-      echo "up.sh: $1 exited; the end of $DIR/$1.log:" >&2
-      tail -20 "$1.log" >&2
-      exit 1
-    fi
-    sleep 0.2
-  done
-  echo "up.sh: $1 was not ready in 120 s; the end of $DIR/$1.log:" >&2
-  tail -20 "$1.log" >&2
-  exit 1
+probe() { # probe URL CERT: an HTTPS GET with a client certificate of up.sh's CA
+  curl -sf --cacert pki/ca.crt --cert "pki/$2.crt" --key "pki/$2.key" "$1"
 }
 
 # --- etcd: client certificates required, data that need not survive a crash -----------------
@@ -110,7 +90,7 @@ start etcd "$BIN/etcd" --name dagperf-test --data-dir "$DIR/etcd-data" --unsafe-
   --initial-cluster "dagperf-test=http://127.0.0.1:$ETCD_PEER_PORT" \
   --listen-metrics-urls "" \
   --client-cert-auth --trusted-ca-file pki/ca.crt --cert-file pki/etcd.crt --key-file pki/etcd.key
-wait_ready etcd "https://127.0.0.1:$ETCD_PORT/health" apiserver-etcd
+wait_ready etcd probe "https://127.0.0.1:$ETCD_PORT/health" apiserver-etcd
 
 # --- kube-apiserver ---------------------------------------------------------------------------
 # No endpoint reconciler: the `kubernetes` Service cannot have 127.0.0.1 as an endpoint.
@@ -125,7 +105,7 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-account-key-file pki/sa.pub --service-account-signing-key-file pki/sa.key \
   --service-cluster-ip-range 10.96.0.0/24 --endpoint-reconciler-type none \
   --profiling=false
-wait_ready kube-apiserver "https://127.0.0.1:$API_PORT/readyz" admin
+wait_ready kube-apiserver probe "https://127.0.0.1:$API_PORT/readyz" admin
 
 # --- kube-controller-manager ------------------------------------------------------------------
 # Every default controller but node lifecycle, which would taint the tests' node as unreachable
@@ -139,6 +119,6 @@ start kube-controller-manager "$BIN/kube-controller-manager" \
   --client-ca-file pki/ca.crt --root-ca-file pki/ca.crt \
   --service-account-private-key-file pki/sa.key --use-service-account-credentials \
   --controllers '*,-nodelifecycle' --leader-elect=false --profiling=false
-wait_ready kube-controller-manager "https://127.0.0.1:$KCM_PORT/healthz" admin
+wait_ready kube-controller-manager probe "https://127.0.0.1:$KCM_PORT/healthz" admin
 
 echo "$DIR/admin.kubeconfig"

@@ -26,7 +26,7 @@ BENCH_TIMEOUT=${BENCH_TIMEOUT:-600}
 RESULTS_DIR=${RESULTS_DIR:-$REPO_ROOT/artifacts/kind-e2e}
 CHART_DIR=${CHART_DIR:-$REPO_ROOT/charts/dagperf}
 
-IMAGE=dagperf:e2e
+IMAGE=                          # the chart's image (check_repository reads it)
 CHART_NAMESPACE=dagperf
 OPERATOR=dagperf-operator       # the Deployment the chart renders
 # The simulator and the Benchmark share a namespace: the example's endpoint URL,
@@ -77,6 +77,15 @@ check_prerequisites() {
 check_repository() {
   # Fail now rather than after minutes of cluster creation and image build.
   [[ -f $CHART_DIR/Chart.yaml ]] || die "no Helm chart at $CHART_DIR (set CHART_DIR)"
+  # The image is built under the name the chart runs by default (its image.repository and
+  # appVersion), which examples/simulator.yaml names too: both are applied as they are.
+  local repository version
+  repository=$(sed -n '/^image:/,/^[^ #]/s/^  repository: *\([^ #]*\).*/\1/p' \
+    "$CHART_DIR/values.yaml" 2> /dev/null || true)
+  version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART_DIR/Chart.yaml")
+  [[ -n $repository && -n $version ]] \
+    || die "the chart at $CHART_DIR names no image.repository (values.yaml) or appVersion"
+  IMAGE=$repository:$version
 }
 
 # --- cluster and image -----------------------------------------------------------------------
@@ -119,8 +128,6 @@ install_chart() {
   helm upgrade --install dagperf "$CHART_DIR" \
     --kube-context "kind-$CLUSTER" \
     --namespace "$CHART_NAMESPACE" --create-namespace \
-    --set image.repository=dagperf \
-    --set image.tag=e2e \
     --set image.pullPolicy=Never \
     --set benchmarkDefaults.worker.resources.requests.cpu=250m \
     --wait --timeout 5m
@@ -138,15 +145,15 @@ install_chart() {
 deploy_simulator() {
   log "Starting the simulated LLM (examples/simulator.yaml)"
   local manifest
-  manifest=$(sed -e "s|image: dagperf:latest|image: $IMAGE|" \
-    -e 's|imagePullPolicy: IfNotPresent|imagePullPolicy: Never|' \
+  manifest=$(sed -e 's|imagePullPolicy: IfNotPresent|imagePullPolicy: Never|' \
     "$REPO_ROOT/examples/simulator.yaml")
   # sed succeeds even when a pattern no longer matches: check, rather than deploy an image
   # the node does not have.
-  if ! grep -q "image: $IMAGE\$" <<< "$manifest" \
-    || ! grep -q 'imagePullPolicy: Never$' <<< "$manifest"; then
-    die "examples/simulator.yaml no longer has 'image: dagperf:latest' and" \
-      "'imagePullPolicy: IfNotPresent' for this script to replace"
+  if ! grep -q "image: $IMAGE\$" <<< "$manifest"; then
+    die "examples/simulator.yaml does not run $IMAGE, the image the chart runs"
+  fi
+  if ! grep -q 'imagePullPolicy: Never$' <<< "$manifest"; then
+    die "examples/simulator.yaml no longer has 'imagePullPolicy: IfNotPresent' to replace"
   fi
   k -n "$NAMESPACE" apply -f - <<< "$manifest"
   k -n "$NAMESPACE" rollout status deployment/dagperf-simulator --timeout=180s

@@ -18,6 +18,16 @@ ENDPOINT_PATHS = {
     "responses": "/v1/responses",  # OpenAI's Responses API
     "messages": "/v1/messages",  # Anthropic's Messages API
 }
+# The request headers that routers people run read as a session key (docs/backends.md has the
+# table): vLLM Router's consistent_hash (X-Session-ID, before the unique X-Request-ID it would
+# otherwise hash), SGLang Model Gateway's consistent_hash (X-SMG-Routing-Key), NVIDIA Dynamo's
+# session affinity (X-Dynamo-Session-ID), and dagperf's own name, which its simulator reads.
+AFFINITY_HEADERS = (
+    "X-Session-ID",
+    "X-SMG-Routing-Key",
+    "X-Dynamo-Session-ID",
+    "X-Session-Affinity",
+)
 MESSAGES_MAX_TOKENS = 4096  # the Messages API needs a limit: a turn that sets none gets this
 MAX_RATE = 1e6  # roots per second: past any endpoint, and a rate the clock can still space
 MAX_SECONDS = 30 * 86_400.0  # durations and timeouts: a month; inf or 1e308 would hang a timer
@@ -152,10 +162,10 @@ class EndpointConfig(BaseModel):
         allow_inf_nan=False,
         description="Per-request timeout, from send to the last byte.",
     )
-    session_affinity_header: str = Field(
-        default="X-Session-Affinity",
-        description="Header carrying each request's routing key (a FORK tree's root key), so "
-        "KV-aware routers keep siblings together; empty to send none.",
+    session_affinity_headers: list[str] = Field(
+        default_factory=lambda: list(AFFINITY_HEADERS),
+        description="Headers carrying each request's routing key (a FORK tree's root key), so "
+        "session-affine and KV-aware routers keep a tree on one backend; empty to send none.",
     )
     backend_headers: list[str] = Field(
         default_factory=list,
@@ -163,7 +173,7 @@ class EndpointConfig(BaseModel):
         "tried in order; without one, the address that answered names it.",
     )
 
-    @field_validator("backend_headers")
+    @field_validator("backend_headers", "session_affinity_headers")
     @classmethod
     def _header_names(cls, names: list[str]) -> list[str]:
         return header_names(names)

@@ -119,6 +119,8 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
     lines.extend(_cut_lines(document))
     lines.extend(_session_lines(document))
     lines.extend(_locality_lines(document.get("backend_locality")))
+    lines.extend(_reuse_lines(document.get("fork_reuse")))
+    lines.extend(_server_lines(document.get("server_metrics")))
     branch = document.get("branch_stats") or {}
     if branch.get("children_spawned") or branch.get("parents_suspended"):
         lines.append("BranchStats: " + ", ".join(f"{k} {v}" for k, v in branch.items()))
@@ -232,6 +234,9 @@ def _locality_lines(locality: dict[str, Any] | None) -> list[str]:
     """Did FORK trees stay on one backend, and what did leaving home cost?"""
     if not locality:
         return []
+    if locality["trees_on_one_backend"] is None:
+        trees, reason = locality["trees"], locality["reason"]
+        return [f"Backend locality: unknown for {trees} FORK trees; {reason}"]
     lines = [
         f"Backend locality ({locality['method']}): {locality['trees_on_one_backend']} of "
         f"{locality['trees']} FORK trees on one backend, {locality['requests_off_home_backend']}"
@@ -243,6 +248,57 @@ def _locality_lines(locality: dict[str, Any] | None) -> list[str]:
         lines.append(f"  later requests at home avg {_number(home['avg'])} ms (p99 "
                      f"{_number(home['p99'])}), away avg {_number(away['avg'])} ms (p99 "
                      f"{_number(away['p99'])})")  # fmt: skip
+    return lines
+
+
+def _reuse_lines(reuse: dict[str, Any] | None) -> list[str]:
+    """How much of the FORK children's prompts the server found cached."""
+    if not reuse:
+        return []
+    requests = reuse["requests"]
+    if reuse["share"] is None:
+        hint = "vLLM needs --enable-prompt-tokens-details, SGLang --enable-cache-report"
+        return [
+            f"FORK-child prefix reuse: unknown; none of {requests} replies reported cached "
+            f"prompt tokens ({hint})"
+        ]
+    text = (
+        f"FORK-child prefix reuse: {100 * reuse['share']:.0f}% of prompt tokens cached "
+        f"({reuse['cached_tokens']:,} of {reuse['prompt_tokens']:,} over {requests} requests"
+    )
+    tree = reuse.get("per_tree")
+    if tree:
+        text += f"; per tree p50 {100 * tree['p50']:.0f}%, min {100 * tree['min']:.0f}%"
+    if reuse["unreported"]:
+        text += f"; {reuse['unreported']} without a cached count"
+    return [text + ")"]
+
+
+MAX_SERVER_LINES = 8  # a line per scraped backend, then a count of the rest
+
+
+def _server_lines(metrics: dict[str, Any] | None) -> list[str]:
+    """What each scraped backend counted itself: its prompt cache and its queue."""
+    by_url = (metrics or {}).get("by_url") or {}
+    lines = []
+    for url, entry in list(by_url.items())[:MAX_SERVER_LINES]:
+        parts = []
+        if entry.get("cached_prompt_share") is not None:
+            parts.append(
+                f"cached {100 * entry['cached_prompt_share']:.0f}% of "
+                f"{entry['prompt_tokens']:,.0f} prompt tokens"
+            )
+        for name, key, label in (
+            ("requests_running", "avg", "running avg"),
+            ("requests_waiting", "max", "waiting max"),
+        ):
+            if name in entry:
+                parts.append(f"{label} {_number(entry[name][key])}")
+        if entry.get("failures"):
+            parts.append(f"{entry['failures']} failed scrapes")
+        lines.append(f"Server {url}: " + (", ".join(parts) or "no known figures"))
+    if len(by_url) > MAX_SERVER_LINES:
+        lines.append(f"  ... and {len(by_url) - MAX_SERVER_LINES} more in server_metrics")
     return lines
 
 

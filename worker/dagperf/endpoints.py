@@ -23,6 +23,8 @@ from dagperf.config import MESSAGES_MAX_TOKENS, EndpointConfig
 from dagperf.graph import Payload
 
 Message = dict[str, Any]
+# The body field that caps a reply's length, as each API names it (chat's newer name too).
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 def request_params(payload: Payload, endpoint: EndpointConfig) -> dict[str, Any]:
@@ -67,11 +69,14 @@ def request_body(
 
 
 def _as_input(message: Message) -> Message:
-    """A chat message as a Responses input message: its role and text (a tool's result, or
-    a call, as text: the full history is sent, never `previous_response_id`)."""
+    """A chat message as a Responses input item: a message with its role and text (a tool's
+    result, or a call, as text: the full history is sent, never `previous_response_id`).
+    `type` is optional in OpenAI's API, but servers that check items (llama.cpp's) refuse an
+    assistant item without it."""
     role = message.get("role")
-    return {"role": role if role in ("user", "assistant", "system", "developer") else "user",
-            "content": message_text(message)}  # fmt: skip
+    if role not in ("user", "assistant", "system", "developer"):
+        role = "user"
+    return {"type": "message", "role": role, "content": message_text(message)}
 
 
 def _as_turn(message: Message) -> Message:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from dagperf import verdict
 from dagperf.cli.flags import add_model_flags, log_flags
-from dagperf.config import ENDPOINT_PATHS, EndpointConfig, LoadConfig
+from dagperf.config import AFFINITY_HEADERS, ENDPOINT_PATHS, EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
 from dagperf.fetch import FetchError, local_copy, shown
 from dagperf.graph import RequestGraph
@@ -103,9 +103,11 @@ def _endpoint_flags(parser: argparse.ArgumentParser, url_required: bool) -> None
     )  # fmt: skip
     group.add_argument(
         "--session-affinity-header",
-        default="X-Session-Affinity",
+        action="append",
         metavar="NAME",
-        help="header carrying each request's routing key ('' for none)",
+        help="a header carrying each request's routing key, a FORK tree's root key (repeatable; "
+        f"default: {', '.join(AFFINITY_HEADERS)}, what the common routers read; '' sends none); "
+        "see docs/backends.md",
     )
 
 
@@ -303,7 +305,7 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         "api_key": args.api_key or os.environ.get("OPENAI_API_KEY") or None,
         "extra_inputs": _extra_inputs(parser, args.extra_inputs),
         "request_timeout_seconds": args.request_timeout_seconds,
-        "session_affinity_header": args.session_affinity_header,
+        "session_affinity_headers": _affinity_headers(args.session_affinity_header),
         "backend_headers": args.backend_header,
     }
     if args.custom_dataset_type == "raw_payload" and args.endpoint_type != "chat":
@@ -317,6 +319,13 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         flag = "--" + FLAG_OF_FIELD.get(field, field).replace("_", "-")
         parser.error(f"{flag}: {first['msg'].removeprefix('Value error, ')}")
     return fields
+
+
+def _affinity_headers(names: list[str] | None) -> list[str]:
+    """The flag's names, the defaults without it; an empty name (`''`) sends none."""
+    if names is None:
+        return list(AFFINITY_HEADERS)
+    return [name for name in names if name]
 
 
 def _extra_inputs(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:

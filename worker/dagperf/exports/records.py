@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from dagperf.endpoints import MAX_TOKENS_FIELDS
 from dagperf.engine import Flight
 from dagperf.graph import SessionKind
 from dagperf.metrics.catalog import UNITS
@@ -59,8 +60,8 @@ def record(
         "delay_ms": node.delay_s * 1000,
         # How many records will name this one: the health check forgets it after the last.
         "dependents": len(node.dependents),
-        # What the health check compares the output length with.
-        "max_tokens": params.get("max_tokens", params.get("max_completion_tokens")),
+        # What the health check compares the output length with, whatever the API calls it.
+        "max_tokens": next((params[k] for k in MAX_TOKENS_FIELDS if k in params), None),
         "ignore_eos": bool(params.get("ignore_eos")),
         # Why the reply ended, in chat's words ("length": at max_tokens; "stop": by itself).
         "finish_reason": result.finish_reason,

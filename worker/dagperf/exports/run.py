@@ -26,6 +26,7 @@ from dagperf.exports.summary import summary_document, write_summary_csv, write_s
 from dagperf.exports.timeslices import timeslices, write_timeslices
 from dagperf.graph import RequestGraph
 from dagperf.metrics.dag_report import DagReport
+from dagperf.metrics.fork_reuse import ForkReuse
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.locality import Locality
 from dagperf.metrics.sessions import SessionMetrics
@@ -83,6 +84,7 @@ class RunOutput:
         self.dag_report = DagReport()
         self.sessions = SessionMetrics(self.summary.is_good, self._write_session, self.window)
         self.locality = Locality()
+        self.fork_reuse = ForkReuse()
         self.live = live
         self._records: RecordWriter | None = None
         self._inputs: tuple[RequestGraph, EndpointConfig] | None = None
@@ -113,6 +115,7 @@ class RunOutput:
         self.dag_report.add(flight, result)
         self.sessions.add(flight, result, issued)
         self.locality.add(flight, result)
+        self.fork_reuse.add(flight, result)
         if self.live is not None:
             self.live.observe(flight, result)
         self._records.write(record(flight, result, issued, params))
@@ -132,6 +135,7 @@ class RunOutput:
         for run in runs:
             self.sessions.retire(run)
             self.locality.retire(run)
+            self.fork_reuse.retire(run)
 
     def _write_session(self, line: dict[str, Any]) -> None:
         if self._session_lines is not None:
@@ -155,6 +159,7 @@ class RunOutput:
             self.server_metrics.close()
         self.sessions.finish()
         self.locality.finish()
+        self.fork_reuse.finish()
         for writer in self._writers():
             writer.close()
         if self._inputs is not None:
@@ -191,9 +196,12 @@ class RunOutput:
         document["window"] = self.window.report(*window_ns)
         if self.server_metrics is not None:
             document["server_metrics"] = self.server_metrics.report()
-        locality = self.locality.report()
-        if locality is not None:
-            document["backend_locality"] = locality
+        for key, report in (
+            ("backend_locality", self.locality.report()),
+            ("fork_reuse", self.fork_reuse.report()),
+        ):
+            if report is not None:
+                document[key] = report
         failure = self.write_error()
         try:
             write_summary_json(self.artifacts.summary_json, document)

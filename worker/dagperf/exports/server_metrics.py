@@ -7,9 +7,12 @@ scrape's epoch nanoseconds (the clock of the records), a sample's name, labels a
 that fails is logged the first time, counted, and tried again at the next interval: the servers'
 metrics are a view beside the run, never a reason to end it.
 
-The summary knows the engines' names for a few figures (`KNOWN`): requests running and waiting
-and KV-cache usage (average and peak over the scrapes), and from counters, the prefix-cache hit
-rate (hits over queries, in the run) and the preemptions during it.
+The summary knows the names vLLM (`vllm:`), SGLang (`sglang:`), llama.cpp (`llamacpp:`) and
+TGI (`tgi_`) give a few figures (`KNOWN`): requests running and waiting and KV-cache usage
+(average and peak over the scrapes), and from counters, during the run: prompt tokens, the part
+of them read from the prefix cache, vLLM's prefix-cache hit rate and the preemptions. Engines
+count prompt tokens two ways: vLLM, SGLang and TGI all of them, llama.cpp only those it
+computed (its cached ones apart), so the cached share is always cached over all.
 """
 
 from __future__ import annotations
@@ -30,13 +33,31 @@ log = logging.getLogger("dagperf.server_metrics")
 
 # A figure -> the sample names engines report it under (summed over their label sets).
 KNOWN = {
-    "requests_running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
-    "requests_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+    "requests_running": (
+        "vllm:num_requests_running",
+        "sglang:num_running_reqs",
+        "llamacpp:requests_processing",
+        "tgi_batch_current_size",
+    ),
+    "requests_waiting": (
+        "vllm:num_requests_waiting",
+        "sglang:num_queue_reqs",
+        "llamacpp:requests_deferred",
+        "tgi_queue_size",
+    ),
     "kv_cache_usage": (
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",
         "sglang:token_usage",
+        "llamacpp:kv_cache_usage_ratio",  # older llama.cpp servers only
     ),
+    "prompt_tokens": (  # every prompt token, cached or not
+        "vllm:prompt_tokens_total",
+        "sglang:prompt_tokens_total",
+        "tgi_request_input_length_sum",
+    ),
+    "computed_prompt_tokens": ("llamacpp:prompt_tokens_total",),  # the cached ones apart
+    "cached_prompt_tokens": ("llamacpp:prompt_tokens_cached_total", "sglang:cached_tokens_total"),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     "prefix_cache_queries": (
         "vllm:prefix_cache_queries_total",
@@ -45,7 +66,14 @@ KNOWN = {
     "preemptions": ("vllm:num_preemptions_total",),
 }
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
-COUNTERS = ("prefix_cache_hits", "prefix_cache_queries", "preemptions")
+COUNTERS = (
+    "prompt_tokens",
+    "computed_prompt_tokens",
+    "cached_prompt_tokens",
+    "prefix_cache_hits",
+    "prefix_cache_queries",
+    "preemptions",
+)
 _NAMES = {name: figure for figure, names in KNOWN.items() for name in names}
 
 
@@ -120,8 +148,26 @@ class ServerMetrics:
             queries = deltas.get("prefix_cache_queries")
             if queries:
                 entry["prefix_cache_hit_rate"] = deltas.get("prefix_cache_hits", 0.0) / queries
+            entry.update(_prompt_cache(deltas))
             out[url] = entry
         return {"interval_s": self.targets.interval_s, "by_url": out}
+
+
+def _prompt_cache(deltas: dict[str, float]) -> dict[str, float]:
+    """Prompt tokens during the run, those read from the cache, and their share, however the
+    engine counts them (vLLM's prefix-cache hits are tokens too)."""
+    cached = deltas.get("cached_prompt_tokens", deltas.get("prefix_cache_hits"))
+    prompt = deltas.get("prompt_tokens")
+    if prompt is None and "computed_prompt_tokens" in deltas:
+        prompt = deltas["computed_prompt_tokens"] + (cached or 0.0)
+    out: dict[str, float] = {}
+    if prompt is not None:
+        out["prompt_tokens"] = prompt
+    if cached is not None:
+        out["cached_prompt_tokens"] = cached
+        if prompt:
+            out["cached_prompt_share"] = cached / prompt
+    return out
 
 
 async def scrape_forever(metrics: ServerMetrics) -> None:

@@ -5,8 +5,12 @@ A FORK tree is a root or SPAWNed session with the FORK children that continue it
 send them to one backend: the tree's home, the backend of its first request. For every tree
 this counts the backends that served it and the requests served away from home; the speed of
 every later request (TTFT when streamed, else latency) is kept apart for home and away, which
-shows what a broken affinity costs. A backend is named by the results (see `--backend-header`);
-requests that name none are left out.
+shows what a broken affinity costs.
+
+Only a response can say which backend served it (a header named by `--backend-header`). The
+address that answered is no such proof: behind a router it is the router's, so every tree would
+seem to stay home. A tree with a request no header attributes is not judged; when none is
+attributed, locality is unknown, never claimed, and the addresses are only counted.
 """
 
 from __future__ import annotations
@@ -19,34 +23,51 @@ from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import Result
 
+UNKNOWN_REASON = (
+    "no response named the backend that served it: give --backend-header NAME (a response "
+    "header your router or engine adds naming the pod), or scrape each backend with "
+    "--server-metrics-url to see its own cache figures"
+)
+
 
 class _Served(NamedTuple):
     route: int
     start_ns: int
-    backend: str
+    backend: str | None  # None: no response header said
     speed_ms: float | None
+    failed: bool  # a failed request: it counts towards its run's end, not its locality
 
 
 class Locality:
     def __init__(self) -> None:
         self._runs: PerRun[_Served] = PerRun(self._close)
         self.trees = 0
+        self.unattributed = 0  # trees with a request no header attributed: not judged
         self.trees_on_one = 0
         self.off_home = 0
         self.by_backend: Counter[str] = Counter()
+        self.by_address: Counter[str] = Counter()
         self.sources: Counter[str] = Counter()
         self.home = Distribution()
         self.away = Distribution()
 
     def add(self, flight: Flight, result: Result) -> None:
-        if result.backend is None or result.error is not None:
-            return
         tree = flight.run.tree
         route = tree.sessions[tree.nodes[flight.node].session].route
+        if result.error is not None:  # held all the same: its run closes once every node is in
+            self._runs.add(flight.run, _Served(route, result.start_ns, None, None, True))
+            return
+        backend = result.backend
+        source = result.backend_source or ""
+        if not source.startswith("header:"):
+            if backend is not None:
+                self.by_address[backend] += 1
+            backend = None
+        else:
+            self.sources[source] += 1
         metrics = result.metrics
         speed = metrics.get("time_to_first_token", metrics.get("request_latency"))
-        self.sources[result.backend_source or "unknown"] += 1
-        self._runs.add(flight.run, _Served(route, result.start_ns, result.backend, speed))
+        self._runs.add(flight.run, _Served(route, result.start_ns, backend, speed, False))
 
     def retire(self, run: TreeRun) -> None:
         self._runs.retire(run)
@@ -57,14 +78,18 @@ class Locality:
     def _close(self, run: TreeRun, served: list[_Served], retired: bool) -> None:
         trees: dict[int, list[_Served]] = {}
         for s in served:
-            trees.setdefault(s.route, []).append(s)
+            if not s.failed:
+                trees.setdefault(s.route, []).append(s)
         for requests in trees.values():
+            self.trees += 1
             requests.sort(key=lambda s: s.start_ns)
             home = requests[0].backend
-            self.trees += 1
-            self.trees_on_one += len({s.backend for s in requests}) == 1
-            for s in requests:
-                self.by_backend[s.backend] += 1
+            backends = {s.backend for s in requests}
+            if home is None or None in backends:
+                self.unattributed += 1
+                continue
+            self.trees_on_one += len(backends) == 1
+            self.by_backend.update(s.backend for s in requests if s.backend is not None)
             for s in requests[1:]:
                 at_home = s.backend == home
                 self.off_home += not at_home
@@ -72,16 +97,28 @@ class Locality:
                     (self.home if at_home else self.away).add(s.speed_ms)
 
     def report(self) -> dict[str, Any] | None:
-        """`backend_locality` for the summary; None when no result named its backend."""
+        """`backend_locality` for the summary; None when no request succeeded."""
         if not self.trees:
             return None
+        judged = self.trees - self.unattributed
+        if not judged:
+            return {
+                "method": "unknown",
+                "trees": self.trees,
+                "trees_on_one_backend": None,
+                "requests_off_home_backend": None,
+                "reason": UNKNOWN_REASON,
+                "by_address": dict(sorted(self.by_address.items())),
+            }
         out: dict[str, Any] = {
             "method": ", ".join(sorted(self.sources)),
-            "trees": self.trees,
+            "trees": judged,
             "trees_on_one_backend": self.trees_on_one,
             "requests_off_home_backend": self.off_home,
             "by_backend": dict(sorted(self.by_backend.items())),
         }
+        if self.unattributed:
+            out["trees_unattributed"] = self.unattributed
         for name, d in (("home_backend_ms", self.home), ("off_home_backend_ms", self.away)):
             if d.count:
                 p50, p99 = d.percentiles((50, 99))

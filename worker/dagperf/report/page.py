@@ -118,9 +118,10 @@ def _dag_sections(page: Page, runs: list[Run]) -> None:
         )
     page.section("Prefix cache and DAG structure", *prefix)
     for run in runs:
-        parts = [x for x in (tables.branch_stats(run), tables.locality(run)) if x]
+        found = (tables.branch_stats(run), tables.locality(run), tables.server_metrics(run))
+        parts = [x for x in found if x]
         if parts:
-            title = "BranchStats and backend locality"
+            title = "BranchStats and backends"
             page.section(title + (f": {run.label}" if len(runs) > 1 else ""), *parts)
 
 

@@ -161,7 +161,28 @@ def dag_tables(run: Run) -> list[tuple[str, str]]:
                 table(("", "p50 ms", "p99 ms", "Cached prompt %"), rows),
             )
         )
+    reuse = fork_reuse(run)
+    if reuse is not None:
+        out.append(("FORK-child prefix reuse", reuse))
     return out
+
+
+def fork_reuse(run: Run) -> str | None:
+    """Of the FORK children's first prompts, the share the server reported cached."""
+    reuse = run.summary.get("fork_reuse")
+    if not isinstance(reuse, dict) or not reuse.get("requests"):
+        return None
+    share = reuse.get("share")
+    tree = reuse.get("per_tree") or {}
+    rows = [
+        ("FORK children's first requests", reuse.get("requests")),
+        ("cached share of their prompt tokens %", None if share is None else 100 * share),
+        ("cached / prompt tokens", f"{reuse.get('cached_tokens')} / {reuse.get('prompt_tokens')}"),
+        ("trees", tree.get("trees")),
+        *((f"per tree {k} %", 100 * tree[k]) for k in ("p50", "min") if k in tree),
+        ("replies without a cached count", reuse.get("unreported")),
+    ]
+    return table(("Prefix reuse", "Value"), rows)
 
 
 def branch_stats(run: Run) -> str | None:
@@ -175,6 +196,15 @@ def locality(run: Run) -> str | None:
     loc = run.summary.get("backend_locality")
     if not isinstance(loc, dict) or not loc.get("trees"):
         return None
+    if loc.get("trees_on_one_backend") is None:  # no response said which backend served it
+        rows = [
+            ("attributed by", "unknown"),
+            ("FORK trees", loc.get("trees")),
+            ("trees on one backend", "unknown"),
+            ("how to know", loc.get("reason")),
+            *((f"requests answered by {a}", n) for a, n in (loc.get("by_address") or {}).items()),
+        ]
+        return table(("Backend locality", "Value"), rows)
     rows = [
         ("attributed by", loc.get("method")),
         ("FORK trees", loc.get("trees")),
@@ -191,6 +221,44 @@ def locality(run: Run) -> str | None:
                 )
             )
     return table(("Backend locality", "Value"), rows)
+
+
+def server_metrics(run: Run) -> str | None:
+    """Each scraped backend's own figures: the engine's view beside the replies'."""
+    by_url = (run.summary.get("server_metrics") or {}).get("by_url")
+    if not isinstance(by_url, dict) or not by_url:
+        return None
+
+    def gauge(entry: dict[str, Any], name: str, key: str) -> Any:
+        return (entry.get(name) or {}).get(key)
+
+    rows = [
+        (
+            url,
+            entry.get("scrapes"),
+            entry.get("prompt_tokens"),
+            entry.get("cached_prompt_tokens"),
+            None
+            if entry.get("cached_prompt_share") is None
+            else 100 * entry["cached_prompt_share"],
+            gauge(entry, "requests_running", "avg"),
+            gauge(entry, "requests_waiting", "max"),
+            gauge(entry, "kv_cache_usage", "max"),
+        )
+        for url, entry in by_url.items()
+        if isinstance(entry, dict)
+    ]
+    headers = (
+        "Server metrics URL",
+        "Scrapes",
+        "Prompt tokens",
+        "Cached",
+        "Cached %",
+        "Running avg",
+        "Waiting max",
+        "KV cache max",
+    )
+    return table(headers, rows)
 
 
 def errors(run: Run) -> str:

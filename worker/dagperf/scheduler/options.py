@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dagperf.config import EndpointConfig
 from dagperf.exports.server_metrics import ScrapeTargets
 from dagperf.keys import SchedulerKeys
 from dagperf.metrics.censored import CONFIDENCE, Objective
+from dagperf.transport import protocol
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
 
@@ -41,3 +43,18 @@ class SchedulerOptions:
     objectives: tuple[Objective, ...] = ()
     confidence: float = CONFIDENCE
     max_duration_s: float | None = None
+
+
+def worker_settings(
+    endpoint: EndpointConfig, tokenizer_json: str | None
+) -> protocol.WorkerSettings:
+    """How the workers send requests, from the run's endpoint; never where to or with which
+    key (each worker has those in its own configuration)."""
+    return protocol.WorkerSettings(
+        endpoint_type=endpoint.endpoint_type,
+        streaming=endpoint.streaming,
+        timeout_s=endpoint.request_timeout_seconds,
+        affinity_headers=tuple(endpoint.session_affinity_headers),
+        tokenizer_json=tokenizer_json,
+        backend_headers=tuple(endpoint.backend_headers),
+    )

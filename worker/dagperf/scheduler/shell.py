@@ -28,7 +28,7 @@ from dagperf.keys import Gate, secure_server
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.window import WindowSample, sampled
 from dagperf.scheduler.deadline import DeadlineTimer
-from dagperf.scheduler.options import SchedulerError, SchedulerOptions
+from dagperf.scheduler.options import SchedulerError, SchedulerOptions, worker_settings
 from dagperf.scheduler.outbox import Outbox
 from dagperf.scheduler.outcome import Outcome, conclude, write_final_report
 from dagperf.scheduler.roster import Greeting, Roster
@@ -69,11 +69,7 @@ class Scheduler:
         self.endpoint_url: str | None = None  # the address really bound, once listening
         self._peers = Roster(endpoint.url, time.monotonic)
         self._outbox = Outbox(endpoint)
-        e = endpoint
-        self._settings = protocol.WorkerSettings(
-            e.endpoint_type, e.streaming, e.request_timeout_seconds, e.session_affinity_header,
-            options.tokenizer_json, tuple(e.backend_headers),
-        )  # fmt: skip
+        self._settings = worker_settings(endpoint, options.tokenizer_json)
         self._interrupted = False
         self._stop_requested = False
         self._registration_failure: str | None = None

@@ -78,7 +78,9 @@ class SimConfig(BaseModel):
         "KV-aware router), or random.",
     )
     affinity_header: str = Field(
-        default="X-Session-Affinity", min_length=1, description="The header sticky routing reads."
+        default="X-Session-ID",
+        min_length=1,
+        description="The header sticky routing reads (vLLM Router's consistent_hash key).",
     )
     usage: bool = Field(
         default=True,

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-VERSION = b"dagperf/7"  # 7: a result cut short by the run says what was seen of it
+VERSION = b"dagperf/8"  # 8: a result cut short by the run says what was seen of it
 # The largest message each side accepts; libzmq drops a peer that sends more before a byte of it
 # is buffered, so no peer can make the other hold a huge frame. Credits carry whole prompts;
 # results are a few hundred bytes plus per-chunk timings.
@@ -34,7 +34,7 @@ class WorkerSettings(msgspec.Struct, frozen=True):
     endpoint_type: str  # "chat" or "completions"
     streaming: bool
     timeout_s: float
-    affinity_header: str  # empty: do not send one
+    affinity_headers: tuple[str, ...]  # each carries the routing key; none: send no key
     # the run's tokenizer.json, for counts the server does not give: sent, since a worker may
     # run where the file is not
     tokenizer_json: str | None = None

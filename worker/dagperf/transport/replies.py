@@ -2,8 +2,10 @@
 
 Stream chunks and whole bodies of both APIs decode into one tolerant shape (unknown fields are
 ignored; `reasoning_content` and `reasoning` both count as reasoning), straight from bytes with
-msgspec. Errors come as `{"error": {...}}` (OpenAI) or `{"object": "error", ...}` (vLLM), inside
-a stream or as the body of a failed response.
+msgspec. Cached prompt tokens come from `usage.prompt_tokens_details.cached_tokens` (OpenAI,
+vLLM, SGLang, llama.cpp) or, where a server reports them only there, from llama.cpp's own
+`timings.cache_n`. Errors come as `{"error": {...}}` (OpenAI) or `{"object": "error", ...}`
+(vLLM), inside a stream or as the body of a failed response.
 """
 
 from __future__ import annotations
@@ -37,9 +39,16 @@ class Usage(msgspec.Struct):
     completion_tokens_details: dict[str, Any] | None = None
 
 
+class _Timings(msgspec.Struct):
+    """llama.cpp's per-request figures (in the last chunk, or the body)."""
+
+    cache_n: int | None = None
+
+
 class _Body(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: Usage | None = None
+    timings: _Timings | None = None
     error: Any = None
     object: str | None = None
     message: str | None = None
@@ -102,6 +111,7 @@ class Reply:
     __slots__ = (
         "_body",
         "_chunk",
+        "cache_n",
         "completion",
         "content",
         "finish",
@@ -123,6 +133,7 @@ class Reply:
         self.reasoning: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.usage: Usage | None = None
+        self.cache_n: int | None = None  # llama.cpp's count of prompt tokens from its cache
         self.completion = False  # a choice or a usage block arrived: this is a completion
         self.finish: str | None = None  # why it ended, in chat's words (`finish`)
 
@@ -135,6 +146,8 @@ class Reply:
             self.completion = True
         if body.usage is not None:
             self.usage = body.usage
+        if body.timings is not None:
+            self.cache_n = body.timings.cache_n
         output = False
         for choice in body.choices or ():
             self.finish = finish(choice.finish_reason) or self.finish
@@ -164,6 +177,8 @@ class Reply:
         body = decode(raw)
         self.completion = bool(body.choices) or body.usage is not None
         self.usage = body.usage
+        if body.timings is not None:
+            self.cache_n = body.timings.cache_n
         for choice in (body.choices or [])[:1]:
             self.finish = finish(choice.finish_reason)
             message = choice.message
@@ -206,13 +221,13 @@ class Reply:
         """Server-reported token counts, by metric name, where the server gave them."""
         usage = self.usage
         if usage is None:
-            return {}
+            return {} if self.cache_n is None else {"usage_prompt_cache_read_tokens": self.cache_n}
         out = {}
         if usage.prompt_tokens is not None:
             out["usage_prompt_tokens"] = usage.prompt_tokens
         if usage.completion_tokens is not None:
             out["usage_completion_tokens"] = usage.completion_tokens
-        cached = (usage.prompt_tokens_details or {}).get("cached_tokens")
+        cached = (usage.prompt_tokens_details or {}).get("cached_tokens", self.cache_n)
         if isinstance(cached, int):
             out["usage_prompt_cache_read_tokens"] = cached
         reasoning = (usage.completion_tokens_details or {}).get("reasoning_tokens")

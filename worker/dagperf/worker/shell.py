@@ -222,8 +222,8 @@ class Worker:
         body = request_body(settings.endpoint_type, credit.params, messages)
         raw = _json.encode(body)
         headers = {"X-Request-ID": credit.request_id, "X-Correlation-ID": credit.correlation_id}
-        if settings.affinity_header:
-            headers[settings.affinity_header] = credit.routing_key
+        for name in settings.affinity_headers:
+            headers[name] = credit.routing_key
         try:
             armed = self._armed.unsent(credit.id)
             written = (lambda: self._written(credit.id)) if armed else None
