@@ -107,23 +107,25 @@ def test_the_output_length_check_runs_on_a_server_that_refuses_ignore_eos(tmp_pa
     """The simulator refusing unknown body fields with 422, as transformers serve does: with
     ignore_eos every request fails; without it, replies that end at max_tokens are checked on
     the server's usage, and replies that end before it by themselves are reported apart."""
-    strict = ["--sim-strict-fields", "--sim-ttft-ms", "1", "--sim-itl-ms", "0",
-              "--extra-inputs", "max_tokens:16"]  # fmt: skip
-    refused = dagperf("profile", "--input-file", str(SINGLE_TURN), *strict,
-                      "--extra-inputs", "ignore_eos:true", "--artifact-dir",
-                      str(tmp_path / "refused"))  # fmt: skip
+    dataset = tmp_path / "capped.dag.jsonl"  # every turn asks for 16 tokens at most
+    turn = {"messages": [{"role": "user", "content": "a question"}], "max_tokens": 16}
+    dataset.write_text("".join(json.dumps({"session_id": f"q{i}", "turns": [turn]}) + "\n"
+                               for i in range(20)))  # fmt: skip
+    strict = ["--input-file", str(dataset), "--sim-strict-fields", "--sim-ttft-ms", "1",
+              "--sim-itl-ms", "0"]  # fmt: skip
+    refused = dagperf("profile", *strict, "--extra-inputs", "ignore_eos:true",
+                      "--artifact-dir", str(tmp_path / "refused"))  # fmt: skip
     assert refused.returncode == 3 and "422" in refused.stderr, refused.stderr
-    for api in ("chat", "completions", "messages"):
+    for api in ("chat", "completions", "messages", "responses"):
         out = tmp_path / api
-        done = dagperf("profile", "--input-file", str(SINGLE_TURN), *strict, "--streaming",
-                       "--endpoint-type", api, "--sim-output-tokens", "64",
-                       "--artifact-dir", str(out))  # fmt: skip
+        done = dagperf("profile", *strict, "--streaming", "--endpoint-type", api,
+                       "--sim-output-tokens", "64", "--artifact-dir", str(out))  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert {r["metadata"]["finish_reason"] for r in lines(out)} == {"length"}
         assert "PASS  output length          20 replies (20 ended at the limit)" in done.stdout
     early_dir = tmp_path / "early"
-    early = dagperf("profile", "--input-file", str(SINGLE_TURN), *strict, "--streaming",
-                    "--sim-output-tokens", "8", "--artifact-dir", str(early_dir))  # fmt: skip
+    early = dagperf("profile", *strict, "--streaming", "--sim-output-tokens", "8",
+                    "--artifact-dir", str(early_dir))  # fmt: skip
     assert early.returncode == 0, early.stdout + early.stderr
     assert "WARN  early stops" in early.stdout
     assert "20 of 20 replies ended by themselves" in early.stdout
