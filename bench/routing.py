@@ -63,7 +63,7 @@ def routing_throughput(workers: int, requests: int = 200_000, roots: int = 256) 
     flying: list[Flight] = []
     start = time.perf_counter()
     while done < requests:
-        sends = dispatcher.drain_sends()
+        sends = dispatcher.orders.drain_sends()
         batches: dict[str, list[protocol.Credit]] = {}
         for flight in sends:
             batches.setdefault(flight.worker, []).append(_credit(flight))

@@ -205,6 +205,7 @@ async def run_scraped(tmp_path: Path) -> tuple[dict[Query, list[dict[str, Any]]]
                 "--concurrency", "2", "--metrics-port", str(target),
                 "--metrics-host", "127.0.0.1", "--metrics-linger", "60",
                 "--benchmark-name", BENCHMARK,
+                "--max-error-rate", "1",  # its errors are injected, for the error panels
             )  # fmt: skip
             scheduler = f"http://127.0.0.1:{target}"
 

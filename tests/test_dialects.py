@@ -192,3 +192,42 @@ def test_llama_cpp_timings_give_the_cached_tokens_where_usage_does_not():
     bare = reply_for("chat")  # no usage block at all: the cache count still tells
     bare.add_body(json.dumps({"choices": [message], "timings": timings}).encode())
     assert bare.usage_counts() == {"usage_prompt_cache_read_tokens": 948}
+
+
+INCOMPLETE = RESPONSE | {"status": "incomplete", "output": [MESSAGE_ITEM],
+                         "incomplete_details": {"reason": "max_output_tokens"},
+                         "usage": RESPONSES_USAGE}  # fmt: skip
+
+
+def test_why_a_reply_ended_is_read_in_chat_s_words_from_every_api():
+    """A reply that hit its token limit ends `length` whatever the API calls it (Responses:
+    incomplete for max_output_tokens; Messages: stop_reason max_tokens); one that ended by
+    itself, `stop`."""
+    assert read("responses", RESPONSES_STREAM)[0].finish == "stop"  # completed
+    cut_off = sse(("response.incomplete", {"type": "response.incomplete", "response": INCOMPLETE}))
+    assert read("responses", cut_off)[0].finish == "length"
+    whole = reply_for("responses")
+    whole.add_body(json.dumps(INCOMPLETE).encode())
+    assert whole.finish == "length"
+    assert read("messages", MESSAGES_STREAM)[0].finish == "tool_calls"  # tool_use
+    limited = sse(("message_start", MESSAGE_START), ("message_delta", {
+        "type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+        "usage": {"output_tokens": 16}}))  # fmt: skip
+    assert read("messages", limited)[0].finish == "length"
+    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+            "content": [{"type": "text", "text": "Hi"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 12, "output_tokens": 3}}  # fmt: skip
+    ended = reply_for("messages")
+    ended.add_body(json.dumps(body).encode())
+    assert ended.finish == "stop"
+    chat = reply_for("chat")
+    for chunk in (
+        {"choices": [{"delta": {"content": "Hi"}, "finish_reason": None}]},
+        {"choices": [{"delta": {}, "finish_reason": "length"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+    ):
+        chat.add_chunk(json.dumps(chunk).encode())
+    assert chat.finish == "length"  # a usage chunk after it does not forget it
+    completion = reply_for("completions")
+    completion.add_body(b'{"choices": [{"text": "Hi", "finish_reason": "stop"}]}')
+    assert completion.finish == "stop"

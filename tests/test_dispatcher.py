@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from dagperf.config import LoadConfig
-from dagperf.engine import Dispatcher, Flight, Phase
+from dagperf.engine import Dispatcher, Flight, Phase, Until
 from dagperf.graph import Payload, compile_dag_jsonl
 from dagperf.graph.sessions import GraphNode, SessionSpec, compile_sessions
 
@@ -25,11 +25,13 @@ class Clock:
 class Harness:
     """A dispatcher with fake time, numbered ids, and helpers that read flights by name."""
 
-    def __init__(self, *lines, workers=("w1",), graph=None, **load):
+    def __init__(self, *lines, workers=("w1",), graph=None, until=None, **load):
         self.clock = Clock()
         ids = itertools.count(1)
         graph = graph or compile_dag_jsonl(load_lines(lines))
-        self.d = Dispatcher(graph, LoadConfig(**load), self.clock, new_id=lambda: f"id{next(ids)}")
+        self.d = Dispatcher(
+            graph, LoadConfig(**load), self.clock, new_id=lambda: f"id{next(ids)}", until=until
+        )
         for worker in workers:
             self.d.add_worker(worker)
         self.d.begin()
@@ -46,7 +48,7 @@ class Harness:
 
     def sent(self) -> list[str]:
         """Drain the dispatcher's sends; return their names."""
-        return [self._fly(flight) for flight in self.d.drain_sends()]
+        return [self._fly(flight) for flight in self.d.orders.drain_sends()]
 
     def _fly(self, flight: Flight) -> str:
         name = self.name(flight)
@@ -77,7 +79,7 @@ class Harness:
 
     def _take_cancels(self) -> None:
         self._cancelled += [self.name(f) for f in self.d.drain_cancels()]
-        self.disarmed.update(self.name(f) for f in self.d.drain_disarms())
+        self.disarmed.update(self.name(f) for f in self.d.orders.drain_disarms())
 
     def drain(self) -> None:
         """Complete everything, oldest first, until nothing is in flight."""
@@ -125,7 +127,7 @@ def test_a_fork_lineage_is_pinned_and_spawns_spread():
     h = Harness(*lines, workers=("w1", "w2", "w3"), concurrency=40)
     flights: list[Flight] = []
     while not h.d.finished:
-        batch = h.d.drain_sends()
+        batch = h.d.orders.drain_sends()
         flights += batch
         for f in batch:
             h.d.complete(f.credit, True)
@@ -317,6 +319,82 @@ def test_duration_stops_sending_then_cancels_after_the_grace_period():
     assert h.d.finished
 
 
+class Judge:
+    """What the dispatcher asks under `Until`: whether the objectives are decided, given what
+    is in flight; the answer set by the test."""
+
+    def __init__(self) -> None:
+        self.decided = False
+        self.asked: list[tuple[float, int, int]] = []  # (when, in flight, open runs)
+        self.clock: Clock | None = None
+
+    def __call__(self, in_flight: int, open_runs: int) -> bool:
+        assert self.clock is not None
+        self.asked.append((self.clock.now, in_flight, open_runs))
+        return self.decided
+
+
+def judged(*lines, judge: Judge, ceiling_s: float = 60.0, **load) -> Harness:
+    h = Harness(*lines, until=Until(judge, ceiling_s, every_s=0.5), **load)
+    judge.clock = h.clock
+    return h
+
+
+def test_under_objectives_the_duration_is_a_floor_and_the_phase_closes_once_decided():
+    judge = Judge()
+    h = judged(conv("r"), judge=judge, concurrency=2, benchmark_duration=10,
+               benchmark_grace_period=5)  # fmt: skip
+    assert h.sent() == ["r:0", "r:0"]
+    h.advance(10)
+    assert h.d.closed_reason is None  # the floor passed, nothing decided: it goes on
+    assert judge.asked == [(1010.0, 2, 2)]  # what is in flight counts as unknown
+    h.finish(next(iter(h.flying)))
+    h.advance(0.5)
+    assert h.d.closed_reason is None and len(judge.asked) == 2
+    judge.decided = True
+    h.advance(0.5)
+    assert h.d.closed_reason == "every objective decided"
+    h.advance(5)  # then the grace period, as after a duration
+    assert len(h.cancels()) == 2
+
+
+def test_under_objectives_a_phase_ends_at_its_ceiling_undecided():
+    judge = Judge()
+    h = judged(conv("r"), judge=judge, ceiling_s=3, concurrency=1, benchmark_grace_period=1)
+    h.sent()
+    for _ in range(6):
+        h.advance(0.5)
+    assert h.d.closed_reason == "the step's longest duration (3 s) reached"
+    assert [when for when, _, _ in judge.asked] == [1000.5, 1001.0, 1001.5, 1002.0, 1002.5]
+
+
+def test_under_objectives_roots_are_not_limited_to_each_once():
+    judge = Judge()
+    h = judged(conv("a"), conv("b"), judge=judge, concurrency=1)
+    h.sent()
+    for _ in range(5):
+        h.finish(next(iter(h.flying)))
+    assert h.log == ["a:0", "b:0", "a:0", "b:0", "a:0", "b:0"]  # it runs until decided
+
+
+def test_the_window_opens_when_the_ramp_has_opened_every_slot_and_closes_with_sending():
+    """With three slots opened over 2 s, what starts during the ramp is not measured; what
+    starts once all are open (the third root, the moment its slot opens) is."""
+    h = Harness(conv("r", turn(), turn()), concurrency=3, concurrency_ramp_up=2,
+                benchmark_duration=10)  # fmt: skip
+    h.sent()
+    h.advance(1)
+    h.advance(1)  # the third slot opens: the load is at its level
+    h.finish(next(iter(h.flying)))
+    measured = {f.credit: f.measured for f in h.flights}
+    runs = {f.run.id: f.run.measured for f in h.flights}
+    assert list(measured.values()) == [False, False] + [True] * (len(measured) - 2)
+    assert list(runs.values()) == [False, False] + [True] * (len(runs) - 2)
+    assert h.d.window.level_at == 1002.0 and h.d.window.closed_at is None
+    h.advance(8)
+    assert h.d.window.closed_at == 1010.0
+
+
 def test_request_rate_is_poisson_and_seeded():
     def arrivals(seed):
         h = Harness(conv("r"), request_rate=100, request_count=400, random_seed=seed)
@@ -434,7 +512,8 @@ def test_losing_a_worker_fails_its_flights_and_ends_the_sessions_it_held():
         del h.flying[name]
     h.drain()
     assert h.d.finished and h.d.failure is None
-    assert h.d.progress().errors == len(on_w1)
+    progress = h.d.progress()  # lost by the run, not failed by the endpoint: cut
+    assert (progress.errors, progress.cut) == (0, len(on_w1))
     assert h.stats["children_errored"] == len(on_w1)
     assert h.stats["children_completed"] == 6 - len(on_w1)
     assert "w1" not in h.d.router
@@ -629,7 +708,7 @@ def test_a_failure_cancels_the_rest_of_its_tree_while_what_flies_finishes():
     assert h.finish("c:0") == []  # the sibling in flight finishes; its FORK never starts
     assert h.d.finished
     assert h.log == ["p:0", "a:0", "c:0"]
-    (run,) = h.d.drain_retired()
+    (run,) = h.d.orders.drain_retired()
     assert run.cancelled and run.unsent() == 7  # a:1, b:0, f:0, f:1, p:1, p:2, late:0
     progress = h.d.progress()
     assert (progress.completed, progress.errors, progress.expected) == (3, 1, 3)
@@ -667,7 +746,7 @@ def test_an_armed_node_started_before_its_disarm_arrived_finishes_and_nothing_fo
     c0 = h.flying.pop("c:0")
     (f0,) = c0.armed
     assert h.d.complete(c0.credit, True, started=[f0.credit]) is c0  # it raced the disarm
-    assert h.d.drain_sends() == []
+    assert h.d.orders.drain_sends() == []
     assert h.d.complete(f0.credit, True) is f0  # in flight, so finished and recorded
     assert h.d.finished  # f:1, armed with f:0 and not started, is dropped
     assert h.d.progress().completed == 4

@@ -31,11 +31,13 @@ from dagperf.health.checks import Arrivals, Record, Roots, _overlap
 from dagfile import conv, encode, turn, user
 
 T0 = 1_790_000_000_000_000_000  # ns; every crafted time is in ms from here
-ARRIVAL, CONCURRENCY, RATE, OSL = (
+ERRORS, ARRIVAL, CONCURRENCY, RATE, OSL, EARLY = (
+    "request_errors",
     "intra_session_arrival",
     "session_concurrency",
     "request_rate",
     "output_length",
+    "early_stop",
 )
 
 
@@ -65,6 +67,8 @@ def record(
     cancelled: bool = False,
     turns: int | None = None,
     dependents: int | None = None,
+    finish: str | None = None,
+    cut: bool = False,
     ids=rid,
 ) -> dict[str, Any]:
     """One profile_export.jsonl line; `session` defaults to the root's own conversation."""
@@ -90,20 +94,32 @@ def record(
             "max_tokens": max_tokens,
             "ignore_eos": ignore_eos,
             "token_count_source": "usage",
+            "finish_reason": finish,
+            "cut": {"waited_ms": end - start, "first_token": False} if cut else None,
         },
         "metrics": metrics,
-        "error": {"code": 500, "type": "ServerError", "message": "boom"} if error else None,
+        "error": {"code": 499, "type": "RequestCancellationError", "message": "cut"}
+        if cut
+        else {"code": 500, "type": "ServerError", "message": "boom"}
+        if error
+        else None,
     }
 
 
-def write_run(directory: Path, records: list[dict[str, Any]], **load: Any) -> Path:
+def write_run(
+    directory: Path, records: list[dict[str, Any]], max_error_rate: float | None = None,
+    **load: Any,
+) -> Path:  # fmt: skip
     """An artifact directory with the two files the checks read."""
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "profile_export.jsonl").open("w") as f:
         for line in records:
             f.write(json.dumps(line) + "\n")
     config = {"concurrency": None, "request_rate": None, "fixed_schedule": False} | load
-    summary = {"input_config": {"load": config, "workers": 1}, "request_count": {"avg": 1}}
+    inputs = {"load": config, "workers": 1}
+    if max_error_rate is not None:
+        inputs["max_error_rate"] = max_error_rate
+    summary = {"input_config": inputs, "request_count": {"avg": 1}}
     (directory / "profile_export_aiperf.json").write_text(json.dumps(summary, indent=2))
     return directory
 
@@ -159,10 +175,12 @@ def test_a_good_run_passes_every_check(tmp_path):
 
     assert report.passed
     assert [(c.name, c.status) for c in report.checks] == [
+        (ERRORS, Status.PASS),
         (ARRIVAL, Status.PASS),
         (CONCURRENCY, Status.PASS),
         (RATE, Status.PASS),
         (OSL, Status.PASS),
+        (EARLY, Status.SKIPPED),  # no reply said why it ended
     ]
     assert report.records == 3000
     arrival = report.check(ARRIVAL).details
@@ -471,9 +489,10 @@ def test_a_short_ignore_eos_reply_fails(tmp_path):
     assert result.status is Status.FAIL
     assert (result.details["checked"], result.details["failed"]) == (3, 2)
     assert result.details["worst"] == [
-        {"request_id": rid("short"), "max_tokens": 100, "output_tokens": 60},
-        {"request_id": rid("a-bit-short"), "max_tokens": 100, "output_tokens": 94},
-    ]
+        {"request_id": rid("short"), "max_tokens": 100, "output_tokens": 60, "why": "ignore_eos"},
+        {"request_id": rid("a-bit-short"), "max_tokens": 100, "output_tokens": 94,
+         "why": "ignore_eos"},
+    ]  # fmt: skip
     assert f"worst {rid('short')}: 60 tokens for 100" in result.summary
 
 
@@ -506,6 +525,54 @@ def test_a_successful_reply_without_a_length_fails(tmp_path):
     result = check(tmp_path, [eos("r", 100, None)]).check(OSL)
     assert result.status is Status.FAIL
     assert result.details["worst"][0]["output_tokens"] is None
+
+
+def test_without_ignore_eos_replies_that_ended_at_the_limit_are_judged_on_their_usage(tmp_path):
+    """A server that refuses ignore_eos: a reply whose finish_reason is "length" must be
+    max_tokens long by the server's own count; one that stopped by itself is an early stop,
+    reported apart (a warning: the run still passes)."""
+    records = [
+        record("at-limit", 0, 1, max_tokens=100, osl=100, finish="length"),
+        record("miscounted", 0, 1, max_tokens=100, osl=70, finish="length"),
+        record("early", 0, 1, max_tokens=100, osl=30, finish="stop"),
+    ]
+    report = check(tmp_path, records)
+    lengths = report.check(OSL)
+    assert lengths.status is Status.FAIL
+    assert (lengths.details["checked"], lengths.details["ended_at_max_tokens"]) == (2, 2)
+    assert lengths.details["worst"] == [{"request_id": rid("miscounted"), "max_tokens": 100,
+                                         "output_tokens": 70, "why": "length"}]  # fmt: skip
+    assert "2 ended at the limit" in lengths.summary
+    early = report.check(EARLY)
+    assert early.status is Status.WARN
+    assert early.details["early_stops"] == 1 and early.details["replies_with_finish_reason"] == 3
+    assert "1 of 3 replies ended by themselves" in early.summary and "median 30%" in early.summary
+    fine = check(tmp_path, records[:1] + records[2:])
+    assert fine.passed and fine.check(OSL).status is Status.PASS
+    assert "WARN  early stops" in render(fine) and "1 warned" in render(fine)
+
+
+def test_the_endpoint_s_errors_fail_the_health_past_the_run_s_max_error_rate(tmp_path):
+    """Three failures in 40 answered: 7.5%, over the default 5% and within a run's 10%; the
+    requests the run cut short count for neither side."""
+    records = [record(f"ok{i}", 0, 1) for i in range(37)]
+    records += [record(f"bad{i}", 0, 1, error=True) for i in range(3)]
+    records += [record(f"cut{i}", 0, 1, cut=True) for i in range(30)]
+    errors = check(tmp_path, records).check(ERRORS)
+    assert errors.status is Status.FAIL
+    assert errors.summary.startswith("3 of 40 requests failed (7.5%), more than --max-error-rate")
+    assert "ServerError 500: boom" in errors.summary
+    assert errors.details == {"succeeded": 37, "failed": 3, "cut": 30, "max_error_rate": 0.05}
+    lenient = check_artifacts(write_run(tmp_path / "lenient", records, max_error_rate=0.1))
+    assert lenient.check(ERRORS).status is Status.PASS
+    assert "30 cut short by the run, not errors" in lenient.check(ERRORS).summary
+    only_cut = check(tmp_path, [record("c", 0, 1, cut=True)]).check(ERRORS)
+    assert only_cut.status is Status.SKIPPED  # it waited at least so long: nothing to judge
+    lost = record("lost", 0, 1, cut=True)
+    lost["metadata"]["cut"]["first_token"] = None  # lost with its worker: nothing seen of it
+    only_lost = check(tmp_path, [lost]).check(ERRORS)
+    assert only_lost.status is Status.FAIL  # measured nothing: no "Health: passed"
+    assert only_lost.summary.startswith("nothing was measured: all 1 requests were lost")
 
 
 # --- files, report, command -------------------------------------------------------------------
@@ -584,10 +651,13 @@ def test_health_command_prints_writes_and_returns_the_verdict(tmp_path):
     assert err.getvalue() == ""
     lines = out.getvalue().splitlines()
     assert lines[0] == f"Health checks: 9 records in {good}"
-    assert [line.split()[0] for line in lines[1:5]] == ["PASS", "PASS", "SKIP", "PASS"]
-    assert lines[1].startswith("  PASS  intra-session arrival  6 dependent requests on time")
-    assert lines[5] == "Health: passed (3 passed, 0 failed, 1 skipped)"
-    assert lines[6] == f"Health report: {good / REPORT_FILE}"
+    assert [line.split()[0] for line in lines[1:7]] == ["PASS", "PASS", "PASS", "SKIP", "PASS",
+                                                         "SKIP"]  # fmt: skip
+    assert lines[1] == "  PASS  endpoint errors        0 of 9 requests failed (0.0%), within " + (
+        "--max-error-rate 0.05")  # fmt: skip
+    assert lines[2].startswith("  PASS  intra-session arrival  6 dependent requests on time")
+    assert lines[7] == "Health: passed (4 passed, 0 failed, 2 skipped)"
+    assert lines[8] == f"Health report: {good / REPORT_FILE}"
 
     document = json.loads((good / REPORT_FILE).read_text())
     assert list(document) == [
@@ -600,18 +670,19 @@ def test_health_command_prints_writes_and_returns_the_verdict(tmp_path):
     ]
     assert document["passed"] is True and document["schema_version"] == 1
     assert document["options"] == HealthOptions().model_dump()
-    assert [c["name"] for c in document["checks"]] == [ARRIVAL, CONCURRENCY, RATE, OSL]
+    assert [c["name"] for c in document["checks"]] == [ERRORS, ARRIVAL, CONCURRENCY, RATE, OSL,
+                                                        EARLY]  # fmt: skip
     assert set(document["checks"][0]) == {"name", "status", "summary", "details"}
     rebuilt = HealthReport.model_validate(
         {k: v for k, v in document.items() if k not in ("schema_version", "passed")}
     )
-    assert render(rebuilt) == "\n".join(lines[:6])
+    assert render(rebuilt) == "\n".join(lines[:8])
 
     bad = write_run(tmp_path / "bad", three_overlapping_roots(), concurrency=2)
     out = io.StringIO()
     assert health_command(str(bad), None, out, io.StringIO()) == 1
     assert "  FAIL  session concurrency" in out.getvalue()
-    assert "Health: FAILED (1 passed, 1 failed, 2 skipped)" in out.getvalue()
+    assert "Health: failed: session concurrency (2 passed, 1 failed, 3 skipped)" in out.getvalue()
     assert json.loads((bad / REPORT_FILE).read_text())["passed"] is False
 
     out, err = io.StringIO(), io.StringIO()
@@ -669,10 +740,12 @@ def test_a_real_run_passes(tmp_path):
     assert report.records == 6 * 7
     statuses = {c.name: c.status for c in report.checks}
     assert statuses == {
+        ERRORS: Status.PASS,
         ARRIVAL: Status.PASS,
         CONCURRENCY: Status.PASS,
         RATE: Status.SKIPPED,
         OSL: Status.PASS,
+        EARLY: Status.PASS,  # every reply ended at max_tokens (finish_reason length)
     }
     assert report.check(ARRIVAL).details["dependent_requests"] == 6 * 6
     assert report.check(CONCURRENCY).details["max_observed"] == 2

@@ -330,6 +330,7 @@ async def test_a_finished_run_succeeds_with_its_summary_and_scales_workers_down(
         "requestsCompleted": 5,
         "requestsTotal": 5,
         "errors": 0,
+        "cut": 0,
         "display": "5/5",
     }
     assert status["branchStats"]["children_spawned"] == 2

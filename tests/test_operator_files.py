@@ -410,7 +410,8 @@ def search_spec(**search) -> BenchmarkSpec:
 def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tmp_path):
     from dagperf.cli import build_parser
 
-    spec = search_spec(parameter="session_rate", min=2, max=40, precision=0.1)
+    spec = search_spec(parameter="session_rate", min=2, max=40, precision=0.1,
+                       maxStepDuration=120, confidence=0.9)  # fmt: skip
     settings = OperatorSettings()
     command = manifests.scheduler_command("demo", spec, "d.jsonl", settings)
     assert command[:2] == ["dagperf", "search"] and "--bind" not in command
@@ -418,6 +419,7 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
     assert args.slo == "time_to_first_token:p99:500 error_rate:max:0.01"
     assert (args.search_parameter, args.search_min, args.search_max) == ("session_rate", 2, 40)
     assert (args.search_precision, args.sweep, args.workers) == (0.1, None, 3)
+    assert (args.max_step_duration, args.confidence_level) == (120, 0.9)
     assert args.summary_file is not None and args.keys is not None
     pod = manifests.scheduler_job("demo", spec, "d.jsonl", settings)["spec"]["template"]["spec"]
     (keys,) = [v for v in pod["volumes"] if v["name"] == "keys"]

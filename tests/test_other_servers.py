@@ -126,6 +126,7 @@ def test_progress_line_and_summary():
             "std": 0.5,
         },
         "request_throughput": {"unit": "requests/sec", "avg": 1234.5},
+        "request_count": {"unit": "requests", "avg": 10},
         "branch_stats": {"children_spawned": 2, "children_completed": 2},
         "error_summary": [
             {"error_details": {"code": 500, "type": "Internal", "message": "boom"}, "count": 3}

@@ -192,7 +192,7 @@ def test_repeated_runs_and_search_steps_are_compared_with_report(tmp_path):
     html = (tmp_path / "repeat" / "aggregate" / "report.html").read_text()
     assert "dagperf comparison: run_0001 vs run_0002" in html
     search = dagperf(
-        "search", "--input-file", str(AGENT_TREE), "--request-count", "16", "--slo",
+        "search", "--input-file", str(AGENT_TREE), "--request-count", "32", "--slo",
         "request_latency:p90:10000", "--search-parameter", "concurrency", "--sweep", "1,2",
         "--report", "--artifact-dir", str(tmp_path / "search"),
     )  # fmt: skip
@@ -200,6 +200,8 @@ def test_repeated_runs_and_search_steps_are_compared_with_report(tmp_path):
     html = (tmp_path / "search" / "report.html").read_text()
     labels = "step01-concurrency-1 vs step02-concurrency-2"
     assert f"dagperf comparison: {labels}" in html
+    assert "Window and verdicts: step01-concurrency-1" in html  # each step's verdict, plainly
+    assert '<span class="meets">meets</span>' in html
 
 
 def test_hostile_names_stay_text(tmp_path):
@@ -361,3 +363,25 @@ def test_a_comparison_keeps_long_names_whole_in_tooltips_and_overlaid_lines_apar
         hover.wait_for()
         assert long_name in hover.text_content()
         browser.close()
+
+
+def test_a_run_cut_short_shows_its_cut_requests_plainly_not_as_errors(tmp_path):
+    """Two slots, four requests at once, stopped 1 s in with 0.3 s of grace: the report says
+    how many the run cut, that they are not errors, and what they leave the window's figures
+    at; its error table stays empty."""
+    run = tmp_path / "cut"
+    done = dagperf(
+        "profile", "--input-file", str(ROOT / "examples" / "search" / "single-turn.dag.jsonl"),
+        "--streaming", "--sim-slots", "2", "--sim-ttft-ms", "50", "--sim-itl-ms", "50",
+        "--sim-output-tokens", "12", "--concurrency", "4", "--benchmark-duration", "1",
+        "--benchmark-grace-period", "0.3", "--report", "--artifact-dir", str(run), "--quiet",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((run / "profile_export_aiperf.json").read_text())
+    cut = int(summary["cut_request_count"]["avg"])
+    assert cut >= 1
+    seen = Rendered(run / "report.html")
+    assert seen.errors == []
+    assert "Cut short by the run (not errors)" in seen.text
+    assert f"{cut} cut short by the run" in seen.text and "No failed requests." in seen.text
+    assert "With the cut requests (ms)" in seen.text

@@ -57,7 +57,7 @@ async def test_http_errors_become_error_records_and_end_their_branch(sim, tmp_pa
         conv("bad", turn(extra={"max_tokens": 0}), turn()),  # the server answers 400
         conv("good"),
     ]
-    run = await profile(sim, tmp_path, lines)
+    run = await profile(sim, tmp_path, lines, "--max-error-rate", "1")  # errors on purpose
     assert run.returncode == 0, run.stderr
     (bad,) = run.named("bad:0")
     assert bad["error"]["code"] == 400 and "max_tokens" in bad["error"]["message"]
@@ -137,7 +137,7 @@ async def test_cancel_session_on_failure_sends_nothing_more_of_the_failed_tree(t
         conv("c", turn(), turn()),
         conv("b", turn(delay=1500)),
     ]
-    flags = ["--cancel-session-on-failure"] if cancel else []
+    flags = ["--max-error-rate", "1"] + (["--cancel-session-on-failure"] if cancel else [])
     async with running_simulator(config) as sim:
         run = await profile(sim, tmp_path, lines, *flags)
     assert run.returncode == 0, run.stderr
@@ -236,6 +236,12 @@ async def test_a_killed_worker_fails_only_what_it_held(tmp_path):
     assert run.returncode == 0, run.stderr
     lost = [r for r in run.records if r["error"] and r["error"]["type"] == "WorkerLost"]
     assert lost
+    # lost by the run, not failed by the endpoint: cut, and no error in its error rate
+    assert all(r["metadata"]["cut"] == {"waited_ms": r["metadata"]["cut"]["waited_ms"],
+               "first_token": None, "time_to_first_token_ms": None, "output_tokens": None}
+               for r in lost)  # fmt: skip
+    assert run.summary["error_request_count"]["avg"] == 0
+    assert run.summary["cut_request_count"]["avg"] == len(lost)
     assert {r["metadata"]["worker_id"] for r in lost} == {lost[0]["metadata"]["worker_id"]}
     # Every request the server saw is accounted for, once.
     ids = [r["metadata"]["x_request_id"] for r in run.records]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dagperf.search.objectives import Objective, judge, parse_objectives
+from dagperf.search.objectives import parse_objectives
 from dagperf.search.plan import SearchPlan
+from dagperf.verdict import Verdict
 
 
 def search(plan: SearchPlan, knee: float) -> list[float]:
@@ -57,7 +58,7 @@ def test_impossible_bounds_are_refused(low, high, precision):
         SearchPlan(low=low, high=high, integer=True, precision=precision)
 
 
-def test_objectives_are_read_and_judged_on_a_summary():
+def test_objectives_are_read_with_their_direction():
     objectives = parse_objectives(
         "time_to_first_token:p99:500 output_token_throughput_per_user:p50:20 error_rate:max:0.01"
     )
@@ -65,22 +66,34 @@ def test_objectives_are_read_and_judged_on_a_summary():
         "time_to_first_token:p99:500", "output_token_throughput_per_user:p50:20",
         "error_rate:max:0.01",
     ]  # fmt: skip
-    assert [o.samples for o in objectives] == [1000, 20, 20]
-    document = {
-        "time_to_first_token": {"p99": 480.0},
-        "output_token_throughput_per_user": {"p50": 25.0},  # a floor: more is better
-        "request_error_rate": {"avg": 0.5},  # percent
-    }
-    assert judge(objectives, document) == (True, {
-        "time_to_first_token:p99:500": 480.0, "output_token_throughput_per_user:p50:20": 25.0,
-        "error_rate:max:0.01": 0.005,
-    })  # fmt: skip
-    slow = document | {"time_to_first_token": {"p99": 501.0}}
-    assert judge(objectives, slow)[0] is False
-    thin = document | {"output_token_throughput_per_user": {"p50": 19.0}}
-    assert judge(objectives, thin)[0] is False
-    assert judge(objectives, {})[0] is False  # nothing measured meets nothing
-    assert Objective("session_duration", "p90", 1.0).samples == 100
+    assert [o.ceiling for o in objectives] == [True, False, True]  # throughput: a floor
+
+
+def test_an_undecided_step_splits_the_gap_and_leaves_the_answer_a_range():
+    """Met at 2, undecided at 4, missed at 8: the search tries both halves (6 first, the wider),
+    and, when the steps between stay undecided, answers 2 with a range up to the highest
+    undecided load below the lowest miss."""
+    plan = SearchPlan(low=1, high=64, integer=True, precision=1)
+    for value, verdict in [(1, Verdict.MEETS), (2, Verdict.MEETS), (4, Verdict.UNDECIDED),
+                           (8, Verdict.MISSES)]:  # fmt: skip
+        assert plan.next_value() == value
+        plan.record(value, verdict)
+    tried = []
+    while (value := plan.next_value()) is not None:
+        tried.append(value)
+        plan.record(value, Verdict.UNDECIDED if value < 7 else Verdict.MISSES)
+    assert tried == [6, 3, 5, 7]
+    assert plan.best == 2 and plan.undecided == [3, 4, 5, 6]
+
+
+def test_undecided_steps_keep_the_bracket_doubling_and_a_lowest_one_gives_no_answer():
+    plan = SearchPlan(low=1, high=16, integer=True, precision=1)
+    for verdict in (Verdict.MEETS, Verdict.UNDECIDED, Verdict.UNDECIDED):
+        plan.record(plan.next_value(), verdict)
+    assert plan.next_value() == 8  # doubling past the highest tried, undecided or not
+    first_undecided = SearchPlan(low=1, high=16, integer=True, precision=1)
+    first_undecided.record(1, Verdict.UNDECIDED)
+    assert first_undecided.next_value() is None and first_undecided.best is None
 
 
 @pytest.mark.parametrize(

@@ -343,3 +343,69 @@ async def test_a_required_tool_choice_answers_with_a_tool_call():
     assert message["content"] is None
     assert message["tool_calls"][0]["function"]["name"] == "lookup"
     assert "tool_calls" not in json.loads(plain)["choices"][0]["message"]
+
+
+async def test_an_engine_s_later_requests_wait_in_line_for_their_first_token():
+    """Two sequence slots and four requests at once: the first two get their first token
+    after one prefill; the other two only once a reply before them ended, in arrival order."""
+    config = SimConfig(ttft_ms=40, itl_ms=20, prefill_ms_per_token=0, output_tokens=3,
+                       slots=2)  # fmt: skip
+    reply_ms = 40 + 2 * 20
+    async with running_simulator(config) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+        results = await asyncio.gather(*(post(url, chat(stream=True)) for _ in range(4)))
+        records = sorted(sim.simulator.records, key=lambda r: r.received_ns)
+    assert [status for status, _, _ in results] == [200] * 4
+    assert all(len(events(raw)) == 3 + 2 for _, raw, _ in results)  # every token, then the end
+    ttfts = sorted(r.intended_ttft_ms for r in records)
+    assert ttfts[0] >= 40 and ttfts[1] >= 40
+    assert ttfts[2] >= reply_ms + 40 and ttfts[3] >= reply_ms + 40  # a slot freed first
+    for r in records:  # the server's own clock agrees: no first chunk before its slot's prefill
+        assert (r.first_chunk_ns - r.received_ns) / 1e6 >= min(ttfts)
+
+
+async def test_an_engine_decodes_a_bigger_batch_more_slowly():
+    """Each decode step costs batch_itl_ms more per other sequence decoding: two replies
+    together take at least their tokens' steps at the batch's price."""
+    config = SimConfig(ttft_ms=0, itl_ms=10, batch_itl_ms=40, prefill_ms_per_token=0,
+                       output_tokens=4, slots=2)  # fmt: skip
+    async with running_simulator(config) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+        await asyncio.gather(*(post(url, chat(stream=True)) for _ in range(2)))
+        records = list(sim.simulator.records)
+    for r in records:  # three decode steps after the first token, each at 10 + 40 ms at least
+        assert (r.end_ns - r.first_chunk_ns) / 1e6 >= 2 * 50
+
+
+async def test_an_engine_frees_the_slot_of_a_client_that_went_away():
+    """One slot: a client that leaves mid-reply gives it up, so the next request's first
+    token does not wait for the abandoned reply's end."""
+    config = SimConfig(ttft_ms=0, itl_ms=50, prefill_ms_per_token=0, output_tokens=200,
+                       slots=1)  # fmt: skip
+    async with running_simulator(config) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json=chat(stream=True)) as response:
+                await response.content.readany()  # its first token: it holds the slot
+        # the first client is gone; 200 tokens at 50 ms would hold the slot for 10 s
+        status, _, _ = await post(url, chat(stream=True, max_tokens=1))
+        served = sorted(sim.simulator.records, key=lambda r: r.received_ns)
+    assert status == 200 and served[0].status == 499
+    assert served[1].intended_ttft_ms < 200 * 50 / 2  # not held until the abandoned one ends
+
+
+async def test_strict_fields_refuse_what_the_api_does_not_define_with_422():
+    config = FAST.model_copy(update={"strict_fields": True})
+    async with running_simulator(config) as sim:
+        url = f"{sim.url}/v1/chat/completions"
+        refused, raw, _ = await post(url, chat(max_tokens=4, ignore_eos=True, min_tokens=2))
+        accepted, _, _ = await post(url, chat(max_tokens=4, stream=True,
+                                              stream_options={"include_usage": True}))  # fmt: skip
+    assert refused == 422 and accepted == 200
+    detail = json.loads(raw)["detail"]
+    assert [d["loc"] for d in detail] == [["body", "ignore_eos"], ["body", "min_tokens"]]
+
+
+def test_slots_and_max_concurrency_are_refused_together():
+    with pytest.raises(ValueError, match="give one"):
+        SimConfig(slots=2, max_concurrency=2)

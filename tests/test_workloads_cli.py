@@ -143,7 +143,8 @@ def test_dagperf_health_fails_a_crafted_early_child_and_says_why(tmp_path):
     assert result.returncode == 1
     assert "FAIL  intra-session arrival" in result.stdout
     report = json.loads((out / "health_check.json").read_text())
-    assert report["passed"] is False and report["checks"][0]["details"]["early"] == 1
+    arrival = next(c for c in report["checks"] if c["name"] == "intra_session_arrival")
+    assert report["passed"] is False and arrival["details"]["early"] == 1
 
 
 def test_a_veeksha_config_cancels_a_failed_session_as_veeksha_does_unless_told_not_to(tmp_path):

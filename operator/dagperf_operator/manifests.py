@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from dagperf.fetch import file_name
 from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf.sources import SESSION_CONFIG
+from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec, Placement, health_options, load_config
 
@@ -258,7 +259,7 @@ def scheduler_command(
     command += model_flags(load_config(load))
     command += model_flags(health_options(spec.health), prefix="health-")
     verdict = spec.verdict
-    if verdict.max_error_rate < 1:
+    if verdict.max_error_rate != DEFAULT_MAX_ERROR_RATE:
         command += ["--max-error-rate", str(verdict.max_error_rate)]
     if verdict.goodput:
         command += ["--goodput", " ".join(f"{m}:{v}" for m, v in sorted(verdict.goodput.items()))]

@@ -22,12 +22,13 @@ from pydantic import (
 )  # fmt: skip
 from pydantic.alias_generators import to_camel
 
-from dagperf.config import LoadConfig, header_names
+from dagperf.config import MAX_SECONDS, LoadConfig, header_names
 from dagperf.dataset.formats import FORMATS
 from dagperf.health.report import HealthOptions
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 from dagperf.search.objectives import parse_objectives, unmeasurable
 from dagperf.sources import SESSION_CONFIG
+from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")
@@ -222,8 +223,9 @@ class Verdict(_Model):
     """When the run counts as failed, and which requests count as good."""
 
     max_error_rate: float = Field(
-        default=1.0, ge=0, le=1, description="Fail the run when more than this share of its "
-        "requests failed (--max-error-rate); it fails anyway when every request did.",
+        default=DEFAULT_MAX_ERROR_RATE, ge=0, le=1, description="Fail the run when the endpoint "
+        "failed more than this share of the requests it answered or failed (--max-error-rate; "
+        "requests the run cut short are not errors); it fails anyway when every request did.",
     )  # fmt: skip
     goodput: dict[str, float] = Field(
         default_factory=dict,
@@ -261,6 +263,15 @@ class Search(_Model):
     sweep: list[float] | None = Field(
         default=None, min_length=1, description="Exactly these loads, in order, instead."
     )
+    max_step_duration: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False,
+        description="The longest a step measures, in seconds (--max-step-duration, default "
+        "600): each runs until every objective is met or missed, or says undecided.",
+    )  # fmt: skip
+    confidence: float | None = Field(
+        default=None, gt=0, lt=1, description="Of a percentile objective's verdict "
+        "(--confidence-level, default 0.95).",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _as_the_cli_takes_it(self) -> Search:
@@ -283,6 +294,10 @@ class Search(_Model):
             out += ["--search-precision", f"{self.precision:g}"]
         if self.sweep:
             out += ["--sweep", ",".join(f"{v:g}" for v in self.sweep)]
+        if self.max_step_duration is not None:
+            out += ["--max-step-duration", f"{self.max_step_duration:g}"]
+        if self.confidence is not None:
+            out += ["--confidence-level", f"{self.confidence:g}"]
         return out
 
 
@@ -435,9 +450,13 @@ class WorkersStatus(_Model):
 
 
 class Progress(_Model):
-    requests_completed: int = Field(default=0, description="Requests answered or failed.")
+    requests_completed: int = Field(default=0, description="Requests answered, failed or cut.")
     requests_total: int | None = Field(default=None, description="When known.")
-    errors: int = Field(default=0, description="Requests that failed.")
+    errors: int = Field(default=0, description="Requests the endpoint failed.")
+    cut: int = Field(
+        default=0,
+        description="Requests the run cut short itself (its duration, a stop): not errors.",
+    )
     display: str = Field(default="", description="Completed/total, for `kubectl get`.")
 
 
@@ -476,6 +495,10 @@ class Summary(_Model):
 class SearchStepStatus(_Model):
     value: float = Field(description="The load tried.")
     meets_slo: bool = Field(description="Whether every objective held.")
+    verdict: str | None = Field(
+        default=None,
+        description="meets, misses, or undecided (the step measured too little to say).",
+    )
 
 
 class SearchStatus(_Model):

@@ -89,6 +89,7 @@ def from_scheduler(report: StatusReport | FinalReport) -> dict[str, Any]:
             "requestsCompleted": progress.requests_completed,
             "requestsTotal": progress.requests_total,
             "errors": progress.errors,
+            "cut": progress.cut,
             "display": display(progress.requests_completed, progress.requests_total),
         }
     }

@@ -63,7 +63,9 @@ class Console:
                 line += f"  ETA {_duration((p.expected - p.completed) / rate)}"
         else:
             line += " requests"
-        line += f"  {rate:,.1f} req/s  errors {p.errors}  in flight {p.in_flight}"
+        line += f"  {rate:,.1f} req/s  errors {p.errors}"
+        line += f"  cut {p.cut}" if p.cut else ""
+        line += f"  in flight {p.in_flight}"
         if ttft_p50_ms is not None:
             line += f"  TTFT p50 {ttft_p50_ms:,.1f} ms"
         if self.live:
@@ -89,6 +91,8 @@ class Console:
 
 
 def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
+    if not (document.get("request_count") or {}).get("avg"):
+        return _nothing_succeeded(document, artifact_dir)  # a table of zeros would say nothing
     rows: list[tuple[str, ...]] = [("Metric", *TABLE_STATS)]
     for name in TABLE_METRICS:
         stats = document.get(name)
@@ -114,6 +118,7 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
             f"Token counts of {estimated} request(s) are estimates: the server reported no usage "
             "and no --tokenizer was given."
         )
+    lines.extend(_cut_lines(document))
     lines.extend(_session_lines(document))
     lines.extend(_locality_lines(document.get("backend_locality")))
     lines.extend(_reuse_lines(document.get("fork_reuse")))
@@ -122,12 +127,54 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
     if branch.get("children_spawned") or branch.get("parents_suspended"):
         lines.append("BranchStats: " + ", ".join(f"{k} {v}" for k, v in branch.items()))
     lines.extend(_dag_lines(document.get("dag_report") or {}))
+    lines.extend(_error_lines(document))
+    lines.append(f"Artifacts: {artifact_dir}")
+    return "\n".join(lines) + "\n"
+
+
+def _nothing_succeeded(document: dict[str, Any], artifact_dir: str) -> str:
+    failed = int((document.get("error_request_count") or {}).get("avg", 0))
+    cut = int((document.get("cut_request_count") or {}).get("avg", 0))
+    lines = ["", f"dagperf | no request succeeded: {failed:,} failed, {cut:,} cut short by the run"]
+    lines += _cut_lines(document) + _error_lines(document) + [f"Artifacts: {artifact_dir}"]
+    return "\n".join(lines) + "\n"
+
+
+def _error_lines(document: dict[str, Any]) -> list[str]:
+    lines = []
     for entry in document.get("error_summary") or []:
         e = entry["error_details"]
         code = f"{e['code']} " if e["code"] is not None else ""
         lines.append(f"Errors: {entry['count']} x {code}{e['type']}: {e['message']}")
-    lines.append(f"Artifacts: {artifact_dir}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _cut_lines(document: dict[str, Any]) -> list[str]:
+    """Requests the run cut short: how many, and what they leave the window's figures at."""
+    window = document.get("window") or {}
+    requests = window.get("requests") or {}
+    cut = int((document.get("cut_request_count") or {}).get("avg", 0))
+    if not cut:
+        return []
+    waiting = requests.get("cut_before_first_token", 0)
+    line = (
+        f"Cut short by the run: {cut:,} request(s), {waiting:,} before a first token; not "
+        "errors but censored values (a cut request waited at least that long), not in the "
+        "table above"
+    )
+    bounds = window.get("bounds") or {}
+    name = "time_to_first_token" if "time_to_first_token" in bounds else "request_latency"
+    p90 = (bounds.get(name) or {}).get("p90")
+    if p90:
+        low, high = p90
+        if high is None:
+            span = f"{_number(low)} ms or more"
+        elif high == low:  # the cut requests' own first tokens came: nothing left open
+            span = f"{_number(low)} ms"
+        else:
+            span = f"{_number(low)}..{_number(high)} ms"
+        line += f"; with them, the window's {RECORD[name].label.lower()} p90 is {span}"
+    return [line]
 
 
 def _dag_lines(report: dict[str, Any]) -> list[str]:

@@ -36,11 +36,12 @@ class Workers(_Camel):
 
 
 class Progress(_Camel):
-    requests_completed: int = 0
+    requests_completed: int = 0  # answered, failed or cut
     requests_total: int | None = None
-    errors: int = 0
+    errors: int = 0  # the endpoint's failures
     requests_sent: int = 0
     in_flight: int = 0
+    cut: int = 0  # cut short by the run itself (its duration, a stop): not errors
 
 
 class MetricsSummary(_Camel, omit_defaults=True):
@@ -66,9 +67,10 @@ class StatusReport(_Camel):
     failure: str | None = None
 
 
-class SearchStep(_Camel):
+class SearchStep(_Camel, omit_defaults=True):
     value: float
     meets_slo: bool
+    verdict: str | None = None  # meets, misses or undecided (too little measured to say)
 
 
 class SearchReport(_Camel):

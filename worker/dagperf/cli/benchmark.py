@@ -158,9 +158,11 @@ def report_flags(parser: argparse.ArgumentParser, metrics_port: int | None) -> N
         help="also write a compact JSON summary (under 4 KB) here, e.g. a termination message",
     )  # fmt: skip
     group.add_argument(
-        "--max-error-rate", type=float, default=1.0, metavar="FRACTION",
-        help="fail the run (exit code 3) when more than this fraction of requests failed "
-        "(default: 1.0, only when every request failed)",
+        "--max-error-rate", type=float, default=verdict.DEFAULT_MAX_ERROR_RATE,
+        metavar="FRACTION",
+        help="fail the run (exit code 3) when the endpoint failed more than this fraction of "
+        "the requests it answered or failed (requests the run cut short are not errors); 1.0 "
+        "fails only a run where every request failed (default: %(default)s)",
     )  # fmt: skip
     group.add_argument(
         "--slice-duration", type=float, metavar="S",
@@ -420,6 +422,7 @@ def recorded_inputs(
         "workers": workers,
         "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None,
         "goodput": options["goodput"],
+        "max_error_rate": options["max_error_rate"],  # what the run (and its health) judged on
     }
 
 

@@ -12,7 +12,7 @@ from dagperf.cli.benchmark import unused_default, write_runs_report
 from dagperf.cli.flags import Commands
 from dagperf.cli.roles import local_plan, profile_flags
 from dagperf.runtime.logs import setup_logging
-from dagperf.search.plan import PARAMETERS
+from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS
 
 RATE_PRECISION = 0.05
 
@@ -24,8 +24,10 @@ def add_search(commands: Commands) -> None:
         description="Run the benchmark at one load after another, each a full run with its own "
         "exports, to find the highest --search-parameter at which every --slo objective is "
         "met: doubling from --search-min until a step misses or --search-max is reached, then "
-        "halving the gap (or each --sweep value in turn). Writes search_results.json. Exit 0 "
-        "with an answer, 4 when no load tried met the objectives. See docs/search.md.",
+        "halving the gap (or each --sweep value in turn). Each step measures until each "
+        "objective is met or missed (requests it cuts short count as censored values, not "
+        "errors), or says it is undecided and why. Writes search_results.json. Exit 0 with an "
+        "answer, 4 when no load tried met the objectives. See docs/search.md.",
     )
     profile_flags(search)
     group = search.add_argument_group("search")
@@ -49,12 +51,19 @@ def add_search(commands: Commands) -> None:
     )  # fmt: skip
     group.add_argument("--sweep", metavar="V,V,...",
                        help="try exactly these loads, in order, instead of searching")  # fmt: skip
+    group.add_argument(
+        "--max-step-duration", type=float, default=DEFAULT_MAX_STEP_S, metavar="S",
+        help="the longest a step measures: each runs at least --benchmark-duration (default "
+        "0), then until every objective is met or missed (--confidence-level for percentiles), "
+        "at most this long, and says undecided if it still cannot (default: %(default)s; "
+        "ignored under --request-count or --num-conversations, which a step runs as given)",
+    )  # fmt: skip
     search.set_defaults(run=_search)
 
 
 def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from dagperf.profile import run_sync
-    from dagperf.search.objectives import SESSION_METRICS, parse_objectives, unmeasurable
+    from dagperf.search.objectives import parse_objectives, unmeasurable
     from dagperf.search.plan import SearchPlan
     from dagperf.search.runner import Search, run_search
 
@@ -81,19 +90,24 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         plan = SearchPlan(args.search_min, args.search_max, integer, precision, sweep)
     except ValueError as e:
         parser.error(str(e))
-    if not (args.request_count or args.num_conversations or args.benchmark_duration):
-        samples = max(o.samples for o in objectives)  # enough for the percentiles asked
-        if any(o.metric in SESSION_METRICS for o in objectives):
-            args.num_conversations = samples
-        else:
-            args.request_count = samples
+    if not 0 < args.max_step_duration < math.inf:
+        parser.error(f"--max-step-duration: seconds above 0, got {args.max_step_duration}")
+    if not 0 < args.confidence_level < 1:
+        parser.error(f"--confidence-level: between 0 and 1, got {args.confidence_level}")
+    counted = bool(args.request_count or args.num_conversations)  # each step runs its count
+    if args.benchmark_duration and args.benchmark_duration > args.max_step_duration:
+        parser.error("--benchmark-duration: the shortest a step runs, above "
+                     f"--max-step-duration {args.max_step_duration:g}")  # fmt: skip
     if args.artifact_dir is None:
         args.artifact_dir = unused_default(args, f"{args.endpoint_type}-search-{parameter}")
     made = local_plan(args, parser)
     if made is None:
         return verdict.USAGE
     base, _ = made
-    search = Search(parameter, objectives, plan, base, base.artifact_dir)
+    search = Search(
+        parameter, objectives, plan, base, base.artifact_dir, args.confidence_level,
+        None if counted else args.max_step_duration,
+    )  # fmt: skip
 
     async def go() -> int:
         code = await run_search(search, sys.stdout)

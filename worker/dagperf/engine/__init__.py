@@ -5,6 +5,7 @@ from dagperf.engine.dispatcher import Dispatcher
 from dagperf.engine.flights import Flight, armed_under
 from dagperf.engine.phase import Phase, Progress
 from dagperf.engine.runs import NodeState, SessionState, TreeRun
+from dagperf.engine.window import Until
 
 __all__ = [
     "BranchStats",
@@ -15,5 +16,6 @@ __all__ = [
     "Progress",
     "SessionState",
     "TreeRun",
+    "Until",
     "armed_under",
 ]

@@ -1,8 +1,8 @@
 """The dispatcher: which request is sent where and when, as a state machine fed events.
 
 Inputs are events (a result came back, a timer is due, a worker joined or was lost, the user
-interrupted); outputs are drained by the caller: flights to send, flights to cancel, and tree runs
-that are over. The clock is injected, so every rule here is tested without sockets or sleeping.
+interrupted); outputs are `orders` the caller drains: flights to send, flights to cancel, and tree
+runs that are over. The clock is injected, so every rule here is tested without sockets or sleeping.
 
 It knows nodes and edges, not FORK or SPAWN: a node is ready when its dependencies have ended
 (`deps` successfully, `join_deps` in any way), waits its delay, then goes out when the run is open
@@ -27,7 +27,9 @@ optionally capped by `concurrency`.
 
 Stops: a literal cap on sent requests, a number of roots, a duration or a stop request (then a
 grace period for what is in flight, then cancellation), an interrupt, or --fail-fast on a child
-error. Warm-up phases run first, are waited for, and are not measured: the dataset's own (its
+error; under objectives (`window.Until`), the duration is a floor and the phase goes on until
+they are decided. What starts while the profiling's load is at its level is marked measured
+(`window`). Warm-up phases run first, are waited for, and are not measured: the dataset's own (its
 graph's warm-up trees, one at a time) and one of `warmup_request_count` requests (`phase.stages`).
 A failure can also stop one tree only (--cancel-session-on-failure: `runs`); the armed nodes its
 other flights carry are disarmed here.
@@ -46,6 +48,7 @@ from collections.abc import Callable, Collection
 from dagperf.config import LoadConfig
 from dagperf.dataset.loader import DatasetError
 from dagperf.engine.flights import Flight, Flights, armed_in, armed_under, settle_armed
+from dagperf.engine.orders import Orders
 from dagperf.engine.phase import (
     Arrivals,
     Phase,
@@ -59,6 +62,7 @@ from dagperf.engine.phase import (
 from dagperf.engine.routing import RendezvousRouter
 from dagperf.engine.runs import NodeState, TreeRun
 from dagperf.engine.timers import Timers
+from dagperf.engine.window import Until, Window
 from dagperf.graph import RequestGraph
 
 _DUE, _ARRIVAL, _DURATION, _GRACE, _RAMP = range(5)
@@ -71,7 +75,9 @@ class Dispatcher:
         load: LoadConfig,
         clock: Callable[[], float],
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        until: Until | None = None,
     ):
+        """`until`: measure past the duration until the objectives are decided (`window`)."""
         if not graph.trees:
             raise ValueError("the graph has no trees to run")
         self._graph = graph
@@ -86,10 +92,8 @@ class Dispatcher:
         self._run_ids = 0
         self.failure: str | None = None  # why the run failed, when it did
         self.finished = False
-        self._sends: list[Flight] = []
-        self._cancels: list[Flight] = []
-        self._disarms: list[Flight] = []
-        self._retired: list[TreeRun] = []
+        self.orders = Orders()  # what the caller is to carry out, drained after each event
+        self.window = Window(load, until)  # when the profiling measures, and until when
         self._stages = stages(graph, load)
         self._start_phase(self._stages.popleft())
         self._begun = False
@@ -112,7 +116,7 @@ class Dispatcher:
         self.router.remove(worker)
         lost = [f for f in self._inflight.values() if f.worker == worker]
         for flight in lost:
-            self._account(flight, ok=False)
+            self._account(flight, ok=False, cut=True)  # the run's loss, not the endpoint's error
             self._settle_armed(flight, ())
             self._end(flight.run, flight.node, NodeState.FAILED)
         for run in list(self._runs.values()):
@@ -127,12 +131,13 @@ class Dispatcher:
     def complete(
         self, credit: int, ok: bool, cancelled: bool = False, started: Collection[int] = ()
     ) -> Flight | None:
-        """A result came back, naming the armed credits its worker started; returns its flight,
-        or None for an unknown or stale credit."""
+        """A result came back (`cancelled`: cut short by the run itself, neither a success nor
+        an error), naming the armed credits its worker started; returns its flight, or None for
+        an unknown or stale credit."""
         flight = self._inflight.get(credit)
         if flight is None:
             return None
-        self._account(flight, ok)
+        self._account(flight, ok, cancelled)
         self._settle_armed(flight, started if ok else ())
         self._end(flight.run, flight.node, NodeState.OK if ok else NodeState.FAILED, cancelled)
         self._advance()
@@ -150,8 +155,12 @@ class Dispatcher:
                 if self._p.arrive():
                     self._at(self._arrivals.after(due), _ARRIVAL)
             elif kind == _DURATION:
-                self._close("benchmark duration reached")
-                self._at(now + self._load.benchmark_grace_period, _GRACE)
+                reason, again = self.window.due(now, len(self._inflight), len(self._runs))
+                if again is not None and not self._closed:  # not decided yet: look again
+                    self._at(again, _DURATION)
+                else:
+                    self._close(reason or "benchmark duration reached")
+                    self._at(now + self._load.benchmark_grace_period, _GRACE)
             elif kind == _GRACE:
                 self._cancel_everything()
             elif kind == _RAMP and (step := self._slots.grow(due)) is not None:
@@ -182,24 +191,9 @@ class Dispatcher:
 
     # --- outputs ----------------------------------------------------------------------------
 
-    def drain_sends(self) -> list[Flight]:
-        out, self._sends = self._sends, []
-        return out
-
     def drain_cancels(self) -> list[Flight]:
-        out = [f for f in self._cancels if f.credit in self._inflight]
-        self._cancels = []
-        return out
-
-    def drain_disarms(self) -> list[Flight]:
-        """Armed flights their workers must not start: the run stopped."""
-        out = [f for f in self._disarms if f.run.nodes[f.node] == NodeState.ARMED]
-        self._disarms = []
-        return out
-
-    def drain_retired(self) -> list[TreeRun]:
-        out, self._retired = self._retired, []
-        return out
+        """The cancels ordered (`orders`) whose requests are still in flight."""
+        return self.orders.drain_cancels(self._inflight)
 
     def next_deadline(self) -> float | None:
         return self._timers.next_due()
@@ -222,7 +216,7 @@ class Dispatcher:
 
     def _start_phase(self, stage: Stage) -> None:
         trees = self._warmups if stage.dataset_warmup else self._trees
-        self._p = PhasePlan(stage, self._graph, self._load, trees)
+        self._p = PhasePlan(stage, self._graph, self._load, trees, self.window.until is not None)
         self.branch_stats = self._p.branch_stats
         self._closed: str | None = None
         self._cancelling = False
@@ -235,8 +229,8 @@ class Dispatcher:
         now = self._clock()
         if (step := self._slots.begin(now)) is not None:
             self._at(step, _RAMP)
-        if self._p.phase is Phase.PROFILING and self._load.benchmark_duration:
-            self._at(now + self._load.benchmark_duration, _DURATION)
+        if self._p.phase is Phase.PROFILING and (due := self.window.begin(now)) is not None:
+            self._at(due, _DURATION)
         if self._arrivals.on and not self._p.one_at_a_time:
             self._arrivals.begin(now, self._p.trees.next)
             self._at(now, _ARRIVAL)
@@ -264,7 +258,7 @@ class Dispatcher:
         """Whatever is still open was cut short by a stop: account for it."""
         for run in self._runs.values():
             run.truncate(self._p.branch_stats)
-            self._retired.append(run)
+            self.orders.retire(run)
         self._runs.clear()
         self._queue.clear()
         self._timers.clear()
@@ -272,8 +266,10 @@ class Dispatcher:
     def _close(self, reason: str) -> None:
         if not self._closed:
             self._closed = reason
+            if self._p.phase is Phase.PROFILING:
+                self.window.close(self._clock())
             for flight in self._inflight.values():  # nothing new goes out, armed or not
-                self._disarms.extend(armed_under(flight))
+                self.orders.disarm(armed_under(flight))
 
     def _fail(self, reason: str) -> None:
         if self.failure is None:
@@ -284,7 +280,7 @@ class Dispatcher:
     def _cancel_everything(self) -> None:
         """Cancel what is in flight, and from now on what a worker starts before it hears."""
         self._cancelling = True
-        self._cancels.extend(self._inflight.values())
+        self.orders.cancel(self._inflight.values())
 
     # --- roots and sending ------------------------------------------------------------------
 
@@ -294,6 +290,7 @@ class Dispatcher:
             cancel = bool(self._load.cancel_session_on_failure)
             try:  # a tree is read from the dataset's file when first run
                 run = TreeRun(self._run_ids, *self._p.trees.take(), self._p.phase, cancel)
+                run.measured = self._measuring()
             except DatasetError as e:  # the file changed since it was loaded
                 return self._fail(str(e))
             self._runs[run.id] = run
@@ -319,7 +316,7 @@ class Dispatcher:
 
     def _send(self, run: TreeRun, i: int) -> None:
         flight = self._flights.make(run, i, self._p.phase)
-        self._sends.append(flight)
+        self.orders.send(flight)
         self._launched(flight)
         if self._p.cap is None and self._load.max_inflight is None and not self._closed:
             flight.armed = self._flights.arm(run, i, self._p.phase)
@@ -328,6 +325,7 @@ class Dispatcher:
         """The request is on the wire (sent from here, or started by its worker)."""
         flight.run.launch(flight.node, flight.worker, self._p.branch_stats)
         flight.request_num = self._p.sent
+        flight.measured = self._measuring()
         self._inflight[flight.credit] = flight
         self._p.sent += 1
         if self._p.capped:
@@ -337,19 +335,20 @@ class Dispatcher:
         for armed in settle_armed(flight, started):
             self._launched(armed)
             if self._cancelling:
-                self._cancels.append(armed)
+                self.orders.cancel((armed,))
 
     # --- endings ----------------------------------------------------------------------------
 
-    def _account(self, flight: Flight, ok: bool) -> None:
+    def _account(self, flight: Flight, ok: bool, cut: bool = False) -> None:
         del self._inflight[flight.credit]
         self._p.completed += 1
-        self._p.errors += not ok
+        self._p.errors += not ok and not cut
+        self._p.cut += cut
 
     def _end(self, run: TreeRun, first: int, state: NodeState, cancelled: bool = False) -> None:
         ending = run.end(first, state, cancelled, self._p.branch_stats)
         if ending.cancelled and NodeState.ARMED in run.nodes:  # with its other flights
-            self._disarms.extend(armed_in(run, self._inflight.values()))
+            self.orders.disarm(armed_in(run, self._inflight.values()))
         self._p.skipped += ending.skipped
         self._p.active_roots -= ending.root_ended
         if ending.failed_child is not None and self._load.fail_fast and self.failure is None:
@@ -359,7 +358,11 @@ class Dispatcher:
             self._make_ready(run, j)
         if not run.open and run.id in self._runs:
             del self._runs[run.id]
-            self._retired.append(run)
+            self.orders.retire(run)
+
+    def _measuring(self) -> bool:
+        """Whether what starts now is an observation of the profiling's window."""
+        return self._p.phase is Phase.PROFILING and self.window.open(self._clock())
 
     def _at(self, due: float, kind: int, run: TreeRun | None = None, node: int = -1) -> None:
         self._timers.at(due, kind, run, node)

@@ -27,6 +27,7 @@ class Flight:
     request_num: int  # sequential within the phase (AIPerf's session_num); -1 until sent
     request_id: str
     armed: list[Flight] = field(default_factory=list)  # started by its worker when this succeeds
+    measured: bool = False  # sent while the profiling's window was open (`window`)
 
 
 class Flights:

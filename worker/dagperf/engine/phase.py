@@ -70,21 +70,27 @@ class Progress:
     phase: Phase
     sent: int
     completed: int
-    errors: int
+    errors: int  # the endpoint's failures
     in_flight: int
     expected: int | None  # requests this phase will send, when known
     roots_started: int
+    cut: int = 0  # cut short by the run itself: neither successes nor errors
 
 
 class PhasePlan:
     """What one phase may start and send, and what it has so far."""
 
-    def __init__(self, stage: Stage, graph: RequestGraph, load: LoadConfig, trees: Rotation):
+    def __init__(
+        self, stage: Stage, graph: RequestGraph, load: LoadConfig, trees: Rotation,
+        open_ended: bool = False,
+    ):  # fmt: skip
+        """`open_ended`: the profiling runs until told to stop (`window.Until`), so it starts
+        roots without a limit unless the load sets one."""
         self.phase = stage.phase
         self.trees = trees  # where this phase's roots come from
         self.one_at_a_time = stage.dataset_warmup
         self.branch_stats = BranchStats()
-        self.sent = self.completed = self.errors = 0
+        self.sent = self.completed = self.errors = self.cut = 0
         self.skipped = 0  # requests never sent: what they depended on failed
         self.roots_started = self.active_roots = 0
         self.arrivals = 0  # roots that arrived and wait for a slot
@@ -97,7 +103,8 @@ class PhasePlan:
         else:
             self.cap = load.request_count
             self.roots_limit = load.num_conversations
-            if self.roots_limit is None and self.cap is None and not load.benchmark_duration:
+            unbounded = self.cap is None and not load.benchmark_duration and not open_ended
+            if self.roots_limit is None and unbounded:
                 self.roots_limit = graph.root_count  # each root once
         sizes = [len(t.nodes) for t in graph.warmup] if stage.dataset_warmup else graph.shape.sizes
         self._planned = self._planned_requests(sizes, trees.next)
@@ -120,7 +127,7 @@ class PhasePlan:
     def progress(self, in_flight: int) -> Progress:
         return Progress(
             self.phase, self.sent, self.completed, self.errors, in_flight, self.expected(),
-            self.roots_started,
+            self.roots_started, self.cut,
         )  # fmt: skip
 
     @property

@@ -114,6 +114,7 @@ class TreeRun:
         "correlation",
         "id",
         "index",
+        "measured",
         "nodes",
         "open",
         "phase",
@@ -154,6 +155,7 @@ class TreeRun:
         self.session_open = list(template.sizes)
         self.suspended: set[int] = set()  # join nodes whose parent waits on children
         self.workers: set[str] = set()  # every worker that was sent a request of this run
+        self.measured = False  # started while the profiling's window was open (`window`)
 
     @property
     def tree(self) -> Tree:

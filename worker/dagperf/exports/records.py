@@ -17,7 +17,7 @@ from dagperf.endpoints import MAX_TOKENS_FIELDS
 from dagperf.engine import Flight
 from dagperf.graph import SessionKind
 from dagperf.metrics.catalog import UNITS
-from dagperf.transport.protocol import Result
+from dagperf.transport.protocol import Cut, Result
 
 
 def record(
@@ -46,6 +46,8 @@ def record(
         "benchmark_phase": flight.phase.label,
         "was_cancelled": result.cancelled_ns is not None,
         "cancellation_time_ns": result.cancelled_ns,
+        # Cut short by the run itself (not the endpoint's failure): what was seen of it.
+        "cut": None if result.cut is None else cut_record(result.cut),
         "agent_depth": session.depth,
         "parent_correlation_id": parent,
         "root_correlation_id": run.correlation[0],
@@ -61,6 +63,8 @@ def record(
         # What the health check compares the output length with, whatever the API calls it.
         "max_tokens": next((params[k] for k in MAX_TOKENS_FIELDS if k in params), None),
         "ignore_eos": bool(params.get("ignore_eos")),
+        # Why the reply ended, in chat's words ("length": at max_tokens; "stop": by itself).
+        "finish_reason": result.finish_reason,
         "token_count_source": result.token_source,
         # Which backend served it, and how that is known ("header:<name>" or "connection").
         "backend": result.backend,
@@ -75,6 +79,18 @@ def record(
         "error": None
         if error is None
         else {"code": error.code, "type": error.type, "message": error.message},
+    }
+
+
+def cut_record(cut: Cut) -> dict[str, Any]:
+    """A censored request as its record says it: how long it had waited, and whether a first
+    token came (when and how many tokens followed); None where nothing is known."""
+    stamps = cut.stamps_ms
+    return {
+        "waited_ms": cut.waited_ms,
+        "first_token": None if stamps is None else bool(stamps),
+        "time_to_first_token_ms": stamps[0] if stamps else None,
+        "output_tokens": None if stamps is None else len(stamps),
     }
 
 

@@ -31,6 +31,7 @@ from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.locality import Locality
 from dagperf.metrics.sessions import SessionMetrics
 from dagperf.metrics.summary import PhaseSummary
+from dagperf.metrics.window import WindowSample
 from dagperf.transport import protocol
 
 
@@ -69,15 +70,19 @@ class RunOutput:
         live: LiveMetrics | None,
         slice_s: float | None = None,
         scrape: ScrapeTargets | None = None,
+        window: WindowSample | None = None,
     ):
+        """`window`: what the run's window measured, for its verdicts (by default, requests'
+        latencies and no objective)."""
         self.artifacts = artifacts
         self.slice_s = slice_s
         self._scrape = scrape
         self.server_metrics: ServerMetrics | None = None
         self._scraping: asyncio.Task[None] | None = None
         self.summary = PhaseSummary(goodput)
+        self.window = window or WindowSample(("request_latency",))
         self.dag_report = DagReport()
-        self.sessions = SessionMetrics(self.summary.is_good, self._write_session)
+        self.sessions = SessionMetrics(self.summary.is_good, self._write_session, self.window)
         self.locality = Locality()
         self.fork_reuse = ForkReuse()
         self.live = live
@@ -105,6 +110,8 @@ class RunOutput:
         """A measured result: its record line, and its share of every summary."""
         assert self._records is not None
         self.summary.add(result)
+        if flight.measured:
+            self.window.add(result)
         self.dag_report.add(flight, result)
         self.sessions.add(flight, result, issued)
         self.locality.add(flight, result)
@@ -112,6 +119,11 @@ class RunOutput:
         if self.live is not None:
             self.live.observe(flight, result)
         self._records.write(record(flight, result, issued, params))
+
+    def decided(self, in_flight: int, open_runs: int) -> bool:
+        """Whether the window decides every objective, whatever the requests in flight and
+        the sessions not yet over (the dispatcher's open runs and those being written) are."""
+        return self.window.decided(in_flight, open_runs + self.sessions.pending)
 
     def ttft_p50_ms(self) -> float | None:
         """The median time to first token so far (for the progress line)."""
@@ -166,10 +178,11 @@ class RunOutput:
         return self._inputs_error
 
     def write_summary(
-        self, branch_stats: dict[str, int], complete: bool, cancelled: bool
-    ) -> tuple[dict[str, Any], str | None]:
+        self, branch_stats: dict[str, int], complete: bool, cancelled: bool,
+        window_ns: tuple[int | None, int | None] = (None, None),
+    ) -> tuple[dict[str, Any], str | None]:  # fmt: skip
         """The summary document, written as JSON and CSV; and why the run's output is not
-        whole, if it is not."""
+        whole, if it is not. `window_ns`: when the window opened and closed."""
         document = summary_document(
             self.summary,
             branch_stats,
@@ -180,6 +193,7 @@ class RunOutput:
         )
         sessions = self.sessions.report(self.summary.duration_s)
         document |= sessions | {"dag_report": self.dag_report.report()}
+        document["window"] = self.window.report(*window_ns)
         if self.server_metrics is not None:
             document["server_metrics"] = self.server_metrics.report()
         for key, report in (

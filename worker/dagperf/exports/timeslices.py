@@ -1,9 +1,10 @@
 """`profile_export_aiperf_timeslices.json` and `.csv`: the run in windows of `--slice-duration`.
 
 Each request falls in the window its start falls in, counted from the first request's start; a
-window reports its requests, errors, throughput and each metric's statistics, so a trend (a
-server warming up, slowing down, a queue building) shows where one summary would hide it. The
-last window may be shorter than the others. The windows are computed after the run from
+window reports its requests, errors (the endpoint's; requests the run cut short are counted
+apart), throughput and each metric's statistics, so a trend (a server warming up, slowing down,
+a queue building) shows where one summary would hide it. The last window may be shorter than the
+others. The windows are computed after the run from
 `profile_export.jsonl`, in one pass, so the request path does no extra work.
 """
 
@@ -25,11 +26,12 @@ STATS = ("avg", "min", "max", "p50", "p90", "p95", "p99")
 
 
 class _Slice:
-    __slots__ = ("distributions", "errors", "last_end_ns", "requests")
+    __slots__ = ("cut", "distributions", "errors", "last_end_ns", "requests")
 
     def __init__(self) -> None:
         self.requests = 0
-        self.errors = 0
+        self.errors = 0  # the endpoint's failures
+        self.cut = 0  # cut short by the run itself: neither a success nor an error
         self.last_end_ns = 0
         self.distributions: dict[str, Distribution] = {}
 
@@ -37,7 +39,9 @@ class _Slice:
         self.requests += 1
         self.last_end_ns = max(self.last_end_ns, record["metadata"]["request_end_ns"])
         if record["error"] is not None:
-            self.errors += 1
+            cut = record["metadata"].get("cut") is not None
+            self.cut += cut
+            self.errors += not cut
             return
         for name, metric in record["metrics"].items():
             if name not in RECORD:
@@ -69,6 +73,7 @@ def timeslices(records: Path, first_start_ns: int, slice_s: float) -> list[dict[
             "end_s": (index + 1) * slice_s,
             "request_count": s.requests,
             "error_request_count": s.errors,
+            "cut_request_count": s.cut,
             "request_throughput": {"unit": "requests/sec", "avg": s.requests / slice_s},
         }
         for name, d in s.distributions.items():
@@ -91,6 +96,10 @@ def write_timeslices(
         for entry in slices:
             index = entry["timeslice_index"]
             out.writerow([index, "Request Count", "requests", "count", entry["request_count"]])
+            out.writerow([index, "Error Request Count", "requests", "count",
+                          entry["error_request_count"]])  # fmt: skip
+            out.writerow([index, "Cut Request Count", "requests", "count",
+                          entry["cut_request_count"]])  # fmt: skip
             out.writerow([index, "Request Throughput", "requests/sec", "avg",
                           f"{entry['request_throughput']['avg']:.2f}"])  # fmt: skip
             for name, metric in RECORD.items():

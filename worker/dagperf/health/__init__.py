@@ -1,8 +1,11 @@
 """Health checks of a finished run, computed from its artifact directory alone.
 
-A benchmark's numbers mean something only if the load went out as asked: children after their
-dependencies (plus their delay, and not much later), no more root sessions at once than the
-concurrency, roots arriving at the requested rate, and `ignore_eos` replies as long as asked.
+A benchmark's numbers mean something only if the endpoint answered (its failures within the
+run's --max-error-rate; requests the run cut short are not failures) and the load went out as
+asked: children after their dependencies (plus their delay, and not much later), no more root
+sessions at once than the concurrency, roots arriving at the requested rate, and replies as long
+as asked (`ignore_eos` ones, and those that ended at `max_tokens`; replies that stopped by
+themselves before it are reported apart).
 These checks read only `profile_export.jsonl` and `profile_export_aiperf.json`, so they run the
 same after a local run, on a results volume from a cluster, or on an old directory; they need no
 engine state, and the engine needs no hook for them (each record carries `depends_on` and
@@ -11,8 +14,8 @@ files say can be checked: a request whose record is missing (a warmup-phase pare
 children unverifiable, which is counted and reported rather than fatal.
 
 Here: reading the two files (one streaming pass over the records, every problem a `HealthError`
-naming the file and line) and the entry points. `checks` holds the four checks, fed one record
-at a time; `report` the models of their options and verdicts, and the console rendering.
+naming the file and line) and the entry points. `checks` holds the checks, fed one record at a
+time; `report` the models of their options and verdicts, and the console rendering.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dagperf.health.report import (
     Status,
     render,
 )
+from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
 __all__ = [
     "REPORT_FILE",
@@ -57,7 +61,8 @@ if TYPE_CHECKING:  # the checks (and numpy) load when a run is checked, not with
     from dagperf.health.checks import Load, Record
 
 
-def _read_load(path: Path) -> Load:
+def _read_load(path: Path) -> tuple[Load, float]:
+    """The run's load, and the --max-error-rate it was judged on."""
     from dagperf.health.checks import Load
 
     try:
@@ -75,11 +80,15 @@ def _read_load(path: Path) -> Load:
     # dagperf's own configuration; runs written before it moved there kept it in input_config
     found = [document.get(k) for k in ("dagperf_config", "input_config")] if isinstance(
         document, dict) else []  # fmt: skip
-    load = next((c["load"] for c in found if isinstance(c, dict) and "load" in c), None)
+    config = next((c for c in found if isinstance(c, dict) and "load" in c), None)
+    load = None if config is None else config["load"]
     if not isinstance(load, dict):
         raise HealthError(f"{path}: no dagperf_config.load object (not a dagperf summary?)")
+    limit = config.get("max_error_rate") if config else None
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 <= limit <= 1:
+        limit = DEFAULT_MAX_ERROR_RATE  # a run written before it was recorded
     try:
-        return msgspec.convert(load, Load)
+        return msgspec.convert(load, Load), float(limit)
     except msgspec.ValidationError as e:
         raise HealthError(f"{path}: dagperf_config.load: {e}") from None
 
@@ -108,26 +117,30 @@ def _read_records(path: Path) -> Iterator[Record]:
 
 def check_artifacts(artifact_dir: Path, options: HealthOptions | None = None) -> HealthReport:
     """Run every check on a run's artifact directory; HealthError when it cannot be read."""
-    from dagperf.health.checks import Arrivals, OutputLengths, Roots
+    from dagperf.health.checks import Arrivals, OutputLengths, RequestErrors, Roots
 
     options = options or HealthOptions()
     artifact_dir = Path(artifact_dir)
     if not artifact_dir.is_dir():
         raise HealthError(f"{artifact_dir}: not a directory")
-    load = _read_load(artifact_dir / SUMMARY_FILE)
-    arrivals, roots, lengths = Arrivals(options), Roots(), OutputLengths(options)
+    load, max_error_rate = _read_load(artifact_dir / SUMMARY_FILE)
+    errors, arrivals, roots = RequestErrors(), Arrivals(options), Roots()
+    lengths = OutputLengths(options)
     count = 0
     for record in _read_records(artifact_dir / RECORDS_FILE):
         count += 1
         meta = record.metadata
+        errors.add(record)
         arrivals.add(meta, record.error is not None)
         roots.add(meta)
         lengths.add(record)
     checks = [
+        errors.result(max_error_rate),
         arrivals.result(load),
         roots.concurrency(load),
         roots.rate(load, options.rate_tolerance),
         lengths.result(),
+        lengths.early_stops(),
     ]
     return HealthReport(
         artifact_dir=str(artifact_dir), records=count, options=options, checks=checks

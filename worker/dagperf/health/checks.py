@@ -1,4 +1,4 @@
-"""The four checks, each an accumulator fed one record at a time, then asked for its verdict.
+"""The checks, each an accumulator fed one record at a time, then asked for its verdict.
 
 Memory follows what is in flight, not the size of the run. Records arrive as msgspec structs
 holding only the fields read here (the decoder skips the rest without building it). A request's
@@ -35,6 +35,8 @@ import numpy as np
 from dagperf.health.report import (
     ARRIVAL,
     CONCURRENCY,
+    EARLY_STOP,
+    ERRORS,
     OUTPUT_LENGTH,
     RATE,
     CheckResult,
@@ -42,6 +44,9 @@ from dagperf.health.report import (
     Status,
 )
 from dagperf.metrics.summary import Distribution
+from dagperf.transport.protocol import CANCELLED
+from dagperf.transport.replies import LENGTH, STOP
+from dagperf.verdict import describe_error, rejection, unmeasured
 
 WORST = 5  # offenders listed per check
 
@@ -69,6 +74,8 @@ class Metadata(msgspec.Struct):
     ignore_eos: bool = False
     was_cancelled: bool = False
     token_count_source: str | None = None
+    finish_reason: str | None = None  # why the reply ended, in chat's words
+    cut: dict[str, Any] | None = None  # cut short by the run: what was seen of it
 
 
 class Record(msgspec.Struct):
@@ -402,23 +409,47 @@ def _overlap(starts: np.ndarray, ends: np.ndarray, target: int) -> tuple[int, in
 
 
 class OutputLengths:
-    """Successful ignore_eos requests with max_tokens: the reply must be that long."""
+    """Successful replies against the `max_tokens` they were sent with.
+
+    A reply sent with `ignore_eos` must be that long. So must one that ended at its limit
+    (`finish_reason` "length"): the server's own count of what it generated, which is how a
+    server that refuses `ignore_eos` (transformers serve answers 422) is checked. A reply that
+    ended by itself before the limit (`finish_reason` "stop") is an early stop: not the
+    server's error, but its length is the model's, not the dataset's, which is a finding of its
+    own (`early_stops`)."""
 
     def __init__(self, options: HealthOptions) -> None:
         self._options = options
         self._checked = self._short = self._long = self._estimated = 0
+        self._by_kind = {"ignore_eos": 0, "length": 0}
         self._worst = _Worst()
+        self._early = 0
+        self._ended = 0  # replies with max_tokens whose finish reason was given
+        self._early_share = Distribution()  # an early stop's length over its max_tokens
+        self._shortest = _Worst()
 
     def add(self, record: Record) -> None:
         meta = record.metadata
-        if not meta.ignore_eos or record.error is not None or meta.was_cancelled:
+        if record.error is not None or meta.was_cancelled or meta.cut is not None:
             return
         asked = meta.max_tokens
         if isinstance(asked, bool) or not isinstance(asked, int | float) or asked <= 0:
             return
-        self._checked += 1
         found = record.metrics.output_sequence_length if record.metrics else None
         osl = found.value if found else None
+        self._ended += meta.finish_reason is not None
+        if meta.ignore_eos or meta.finish_reason == LENGTH:
+            self._judge(meta, asked, osl, "ignore_eos" if meta.ignore_eos else "length")
+        elif meta.finish_reason == STOP and (osl is None or osl < asked):
+            self._early += 1
+            share = 0.0 if osl is None else osl / asked
+            self._early_share.add(share)
+            entry = {"request_id": meta.x_request_id, "max_tokens": asked, "output_tokens": osl}
+            self._shortest.add(1 - share, entry)
+
+    def _judge(self, meta: Metadata, asked: float, osl: float | None, kind: str) -> None:
+        self._checked += 1
+        self._by_kind[kind] += 1
         if osl is not None and abs(osl - asked) <= self._options.osl_allowance(asked):
             return
         if osl is None or osl < asked:
@@ -428,13 +459,15 @@ class OutputLengths:
         self._estimated += meta.token_count_source == "estimate"
         miss = asked if osl is None else abs(osl - asked)
         entry = {"request_id": meta.x_request_id, "max_tokens": asked, "output_tokens": osl}
-        self._worst.add(miss, entry)
+        self._worst.add(miss, entry | {"why": kind})
 
     def result(self) -> CheckResult:
         options = self._options
         failed = self._short + self._long
         details: dict[str, Any] = {
             "checked": self._checked,
+            "ignore_eos": self._by_kind["ignore_eos"],
+            "ended_at_max_tokens": self._by_kind["length"],
             "failed": failed,
             "short": self._short,
             "long": self._long,
@@ -444,13 +477,22 @@ class OutputLengths:
             "worst": self._worst.listed(),
         }
         if not self._checked:
-            summary = "no successful ignore_eos request with max_tokens"
+            summary = (
+                "no successful reply with max_tokens was sent with ignore_eos or ended at its "
+                "limit (finish_reason length)"
+            )
             return CheckResult(
                 name=OUTPUT_LENGTH, status=Status.SKIPPED, summary=summary, details=details
             )
         tolerance = (
             f"min({options.osl_tolerance_pct:g}%, {options.osl_tolerance_max_tokens}) tokens"
         )
+        which = " and ".join(
+            f"{n} {label}" for n, label in (
+                (self._by_kind["ignore_eos"], "ignore_eos"),
+                (self._by_kind["length"], "ended at the limit"),
+            ) if n
+        )  # fmt: skip
         if failed:
             worst = details["worst"][0]
             got = "no" if worst["output_tokens"] is None else f"{worst['output_tokens']:g}"
@@ -460,12 +502,86 @@ class OutputLengths:
                 else ""
             )
             summary = (
-                f"{failed} of {self._checked} ignore_eos replies off max_tokens by more than "
+                f"{failed} of {self._checked} replies ({which}) off max_tokens by more than "
                 f"{tolerance} ({self._short} short, {self._long} long); worst "
                 f"{worst['request_id']}: {got} tokens for {worst['max_tokens']:g}{estimated}"
             )
             status = Status.FAIL
         else:
-            summary = f"{self._checked} ignore_eos replies within {tolerance} of max_tokens"
+            summary = f"{self._checked} replies ({which}) within {tolerance} of max_tokens"
             status = Status.PASS
         return CheckResult(name=OUTPUT_LENGTH, status=status, summary=summary, details=details)
+
+    def early_stops(self) -> CheckResult:
+        """Replies that ended by themselves before max_tokens: a warning, not a failure."""
+        details: dict[str, Any] = {
+            "replies_with_finish_reason": self._ended,
+            "early_stops": self._early,
+            "share_of_max_tokens": _distribution(self._early_share),
+            "shortest": self._shortest.listed(),
+        }
+        if not self._ended:
+            summary = "no successful reply with max_tokens said why it ended (finish_reason)"
+            return CheckResult(
+                name=EARLY_STOP, status=Status.SKIPPED, summary=summary, details=details
+            )
+        if not self._early:
+            summary = f"none of {self._ended} replies ended before max_tokens by itself"
+            return CheckResult(name=EARLY_STOP, status=Status.PASS, summary=summary,
+                               details=details)  # fmt: skip
+        share = details["share_of_max_tokens"]
+        summary = (
+            f"{self._early} of {self._ended} replies ended by themselves (finish_reason stop) "
+            f"before max_tokens, at a median {share['p50']:.0%} of it: their lengths are the "
+            "model's, not the dataset's (ignore_eos, or a model without an end-of-sequence "
+            "token, gives exact lengths)"
+        )
+        return CheckResult(name=EARLY_STOP, status=Status.WARN, summary=summary, details=details)
+
+
+class RequestErrors:
+    """The endpoint's failures against the run's --max-error-rate, as its exit code judged
+    them (`dagperf.verdict`); requests the run cut short are not errors."""
+
+    def __init__(self) -> None:
+        self.ok = self.failed = self.cut = self.unseen = 0
+        self._errors: dict[tuple[Any, Any, str], int] = {}
+
+    def add(self, record: Record) -> None:
+        meta, error = record.metadata, record.error
+        if error is None:
+            self.ok += 1
+        elif meta.cut is not None or (meta.was_cancelled and error.get("type") == CANCELLED):
+            self.cut += 1
+            self.unseen += meta.cut is not None and meta.cut.get("first_token") is None
+        else:
+            self.failed += 1
+            key = (error.get("code"), error.get("type"), str(error.get("message"))[:200])
+            if key in self._errors or len(self._errors) < 100:
+                self._errors[key] = self._errors.get(key, 0) + 1
+
+    def _most_common(self) -> str | None:
+        if not self._errors:
+            return None
+        code, kind, message = max(self._errors, key=self._errors.__getitem__)
+        return describe_error(code if isinstance(code, int) else None, str(kind), message)
+
+    def result(self, max_error_rate: float) -> CheckResult:
+        details = {"succeeded": self.ok, "failed": self.failed, "cut": self.cut,
+                   "max_error_rate": max_error_rate}  # fmt: skip
+        cut = f"; {self.cut} cut short by the run, not errors" if self.cut else ""
+        if (nothing := unmeasured(self.ok, self.failed, self.cut, self.unseen)) is not None:
+            return CheckResult(name=ERRORS, status=Status.FAIL, summary=nothing, details=details)
+        if not self.ok + self.failed:
+            summary = f"no request was answered or failed{cut}"
+            return CheckResult(name=ERRORS, status=Status.SKIPPED, summary=summary,
+                               details=details)  # fmt: skip
+        rejected = rejection(self.ok, self.failed, max_error_rate, self._most_common(), self.cut)
+        if rejected is not None:
+            return CheckResult(name=ERRORS, status=Status.FAIL, summary=rejected, details=details)
+        total = self.ok + self.failed
+        summary = (
+            f"{self.failed} of {total} requests failed ({self.failed / total:.1%}), within "
+            f"--max-error-rate {max_error_rate:g}{cut}"
+        )
+        return CheckResult(name=ERRORS, status=Status.PASS, summary=summary, details=details)

@@ -13,17 +13,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
-ARRIVAL, CONCURRENCY, RATE, OUTPUT_LENGTH = (
+ERRORS, ARRIVAL, CONCURRENCY, RATE, OUTPUT_LENGTH, EARLY_STOP = (
+    "request_errors",
     "intra_session_arrival",
     "session_concurrency",
     "request_rate",
     "output_length",
+    "early_stop",
 )
 TITLES = {
+    ERRORS: "endpoint errors",
     ARRIVAL: "intra-session arrival",
     CONCURRENCY: "session concurrency",
     RATE: "request rate",
     OUTPUT_LENGTH: "output length",
+    EARLY_STOP: "early stops",
 }
 
 
@@ -56,8 +60,9 @@ class HealthOptions(BaseModel):
     osl_tolerance_pct: float = Field(
         default=5.0,
         ge=0,
-        description="An ignore_eos reply may miss max_tokens by this percentage of it, capped "
-        "by osl_tolerance_max_tokens; an exact match always passes.",
+        description="An ignore_eos reply, or one that ended at its limit (finish_reason "
+        "length), may miss max_tokens by this percentage of it, capped by "
+        "osl_tolerance_max_tokens; an exact match always passes.",
     )
     osl_tolerance_max_tokens: int = Field(
         default=50, ge=0, description="Cap, in tokens, on the output-length tolerance."
@@ -71,6 +76,7 @@ class HealthOptions(BaseModel):
 class Status(StrEnum):
     PASS = "pass"
     FAIL = "fail"
+    WARN = "warn"  # a finding worth reading that does not fail the run
     SKIPPED = "skipped"
 
 
@@ -80,7 +86,10 @@ class CheckResult(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Stable identifier, e.g. `intra_session_arrival`.")
-    status: Status = Field(description="pass, fail, or skipped (with the reason as summary).")
+    status: Status = Field(
+        description="pass, fail, warn (a finding that fails nothing), or skipped (with the "
+        "reason as summary)."
+    )
     summary: str = Field(description="One line for the console.")
     details: dict[str, Any] = Field(
         default_factory=dict, description="The figures behind the verdict."
@@ -114,7 +123,7 @@ class HealthReport(BaseModel):
         }
 
 
-_LABELS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.SKIPPED: "SKIP"}
+_LABELS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN", Status.SKIPPED: "SKIP"}
 
 
 def render(report: HealthReport) -> str:
@@ -127,9 +136,12 @@ def render(report: HealthReport) -> str:
     counts = {status: 0 for status in Status}
     for check in report.checks:
         counts[check.status] += 1
-    verdict = "passed" if report.passed else "FAILED"
-    lines.append(
-        f"Health: {verdict} ({counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, "
-        f"{counts[Status.SKIPPED]} skipped)"
-    )
+    tally = f"{counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, "
+    tally += f"{counts[Status.WARN]} warned, " if counts[Status.WARN] else ""
+    tally += f"{counts[Status.SKIPPED]} skipped"
+    if report.passed:
+        lines.append(f"Health: passed ({tally})")
+    else:
+        failed = [TITLES.get(c.name, c.name) for c in report.checks if c.status is Status.FAIL]
+        lines.append(f"Health: failed: {', '.join(failed)} ({tally})")
     return "\n".join(lines)

@@ -45,6 +45,7 @@ AGGREGATE = _table(
     ("request_count", "requests", "Request Count"),
     ("error_request_count", "requests", "Error Request Count"),
     ("request_error_rate", "%", "Request Error Rate"),
+    ("cut_request_count", "requests", "Cut Request Count"),
     ("benchmark_duration", "sec", "Benchmark Duration"),
     ("total_isl", "tokens", "Total Input Sequence Length"),
     ("total_osl", "tokens", "Total Output Sequence Length"),

@@ -36,7 +36,8 @@ class _View:
     latency: Distribution = field(default_factory=Distribution)
     prompt_tokens: int = 0
     cached_tokens: int = 0
-    errors: int = 0
+    errors: int = 0  # the endpoint's failures
+    cut: int = 0  # cut short by the run itself
 
     def add(self, metrics: dict[str, Any]) -> None:
         if "time_to_first_token" in metrics:
@@ -48,6 +49,8 @@ class _View:
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"requests": self.latency.count, "errors": self.errors}
+        if self.cut:
+            out["cut"] = self.cut
         for name, d in (
             ("time_to_first_token_ms", self.ttft),
             ("request_latency_ms", self.latency),
@@ -88,8 +91,10 @@ class DagReport:
         depth = self._depths.setdefault(session.depth, _View())
         mode = self._modes.setdefault(session.kind.value, _View())
         if result.error is not None:
-            depth.errors += 1
-            mode.errors += 1
+            cut = result.cut is not None
+            for view in (depth, mode):
+                view.cut += cut
+                view.errors += not cut
             return
         depth.add(result.metrics)
         mode.add(result.metrics)

@@ -42,8 +42,13 @@ class LiveMetrics:
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, b, registry=registry)
 
-        self.requests = counter("dagperf_requests", "Requests completed", ("outcome", "worker"))
-        self.errors = counter("dagperf_request_errors", "Failed requests", ("error_type",))
+        self.requests = counter(
+            "dagperf_requests", "Requests completed: ok, error (the endpoint's) or cut (the run's)",
+            ("outcome", "worker"),
+        )  # fmt: skip
+        self.errors = counter(
+            "dagperf_request_errors", "Requests the endpoint failed", ("error_type",)
+        )
         self.input_tokens = counter("dagperf_input_tokens", "Prompt tokens of successful requests")
         self.output_tokens = counter(
             "dagperf_output_tokens", "Output tokens of successful requests"
@@ -84,13 +89,14 @@ class LiveMetrics:
         """One profiling-phase result."""
         b = self.benchmark
         error = result.error
-        outcome = "ok" if error is None else ("cancelled" if result.cancelled_ns else "error")
+        outcome = "ok" if error is None else ("cut" if result.cut is not None else "error")
         self.requests.labels(
             b, outcome, self._bounded(flight.worker, self._workers, MAX_WORKERS)
         ).inc()
         if error is not None:
-            kind = self._bounded(error.type, self._error_types, MAX_ERROR_TYPES)
-            self.errors.labels(b, kind).inc()
+            if result.failed:
+                kind = self._bounded(error.type, self._error_types, MAX_ERROR_TYPES)
+                self.errors.labels(b, kind).inc()
             return
         m: dict[str, Any] = result.metrics
         session = flight.run.tree.sessions[flight.run.tree.nodes[flight.node].session]

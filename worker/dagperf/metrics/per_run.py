@@ -49,6 +49,11 @@ class PerRun(Generic[T]):
         if _all_in(run, entry[1]):
             self._done(run.id, True)
 
+    @property
+    def pending(self) -> int:
+        """Runs the dispatcher is done with whose results are still on their way."""
+        return len(self._retired)
+
     def finish(self) -> None:
         for run_id in list(self._open):
             self._done(run_id, run_id in self._retired)

@@ -21,6 +21,7 @@ from dagperf.engine import Flight, NodeState, SessionState, TreeRun
 from dagperf.metrics.critical_path import CriticalPath, Timing, critical_path
 from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
+from dagperf.metrics.window import WindowSample
 from dagperf.transport.protocol import Result
 
 SLOWEST_LISTED = 10
@@ -29,14 +30,20 @@ SLOWEST_LISTED = 10
 class _Request(NamedTuple):
     node: int
     timing: Timing
-    error: bool
-    bad: bool  # failed or missed an objective
+    error: bool  # the endpoint failed it
+    cut: bool  # the run cut it short
+    bad: bool  # failed, cut, or missed an objective
 
 
 class SessionMetrics:
-    def __init__(self, is_good: Callable[[Result], bool], write: Callable[[dict[str, Any]], None]):
+    def __init__(
+        self, is_good: Callable[[Result], bool], write: Callable[[dict[str, Any]], None],
+        window: WindowSample | None = None,
+    ):  # fmt: skip
+        """`window`: where the sessions started in the window go, for its verdicts."""
         self._is_good = is_good
         self._write = write
+        self._window = window
         self._runs: PerRun[_Request] = PerRun(self._close)
         self.duration = Distribution()  # ms, complete sessions only
         self.count = 0
@@ -49,12 +56,19 @@ class SessionMetrics:
 
     def add(self, flight: Flight, result: Result, issued_ns: int) -> None:
         timing = Timing(issued_ns, result.start_ns, result.end_ns)
-        error = result.error is not None
-        self._runs.add(flight.run, _Request(flight.node, timing, error, not self._is_good(result)))
+        request = _Request(
+            flight.node, timing, result.failed, result.cut is not None, not self._is_good(result)
+        )
+        self._runs.add(flight.run, request)
 
     def retire(self, run: TreeRun) -> None:
         """The run is over: its session is written once every result sent is in."""
         self._runs.retire(run)
+
+    @property
+    def pending(self) -> int:
+        """Sessions over whose last results are still on their way."""
+        return self._runs.pending
 
     def finish(self) -> None:
         """The run ended: write what is still open (its missing results will not come)."""
@@ -79,6 +93,7 @@ class SessionMetrics:
             "duration_ms": duration_ms,
             "request_count": len(times),
             "error_count": sum(r.error for r in requests),
+            "cut_count": sum(r.cut for r in requests),
             "good": good,
             "complete": complete,
             "status": status,
@@ -86,6 +101,8 @@ class SessionMetrics:
             "critical_path": None if path is None else path.as_dict(),
         }
         self._write(line)
+        if self._window is not None and run.measured and not run.cancelled:
+            self._window.add_session(duration_ms, complete)  # incomplete: cut by the run
         if run.cancelled:
             self.cancelled += 1
             self.cancelled_requests += cancelled

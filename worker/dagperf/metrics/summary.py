@@ -18,6 +18,7 @@ import numpy as np
 
 from dagperf.metrics.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 from dagperf.transport.protocol import ErrorInfo, Result
+from dagperf.verdict import describe_error
 
 EXACT_LIMIT = 65_536
 MAX_ERROR_KINDS = 100  # distinct error messages kept; messages can carry timings
@@ -72,7 +73,19 @@ class Distribution:
             return [float(p) for p in np.percentile(np.frombuffer(self._exact), points)]
         return self._histogram_percentiles(points)
 
-    def _histogram_percentiles(self, points: tuple[float, ...]) -> list[float]:
+    def ranked(self, index: int) -> float:
+        """The value at 0-based `index` of the values in sorted order (past `EXACT_LIMIT`, its
+        bucket's middle)."""
+        if not 0 <= index < self.count:
+            raise IndexError(f"rank {index} of {self.count} values")
+        if self._exact is not None:
+            return float(np.partition(np.frombuffer(self._exact), index)[index])
+        values_sorted, cumulative = self._sorted_buckets()
+        value = values_sorted[np.searchsorted(cumulative, index + 1)]
+        return float(min(max(value, self.min), self.max))
+
+    def _sorted_buckets(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each bucket's middle, in order, and how many values lie at or below it."""
         values, counts = [], []
         for key, n in self._buckets.items():
             index, negative = divmod(key, 2)
@@ -83,8 +96,10 @@ class Distribution:
             values.append(0.0)
             counts.append(self._zeros)
         order = np.argsort(values)
-        values_sorted = np.asarray(values)[order]
-        cumulative = np.cumsum(np.asarray(counts)[order])
+        return np.asarray(values)[order], np.cumsum(np.asarray(counts)[order])
+
+    def _histogram_percentiles(self, points: tuple[float, ...]) -> list[float]:
+        values_sorted, cumulative = self._sorted_buckets()
         out = []
         for p in points:
             rank = p / 100 * (self.count - 1)  # numpy's linear method, on bucket midpoints
@@ -110,8 +125,10 @@ class Distribution:
 class PhaseSummary:
     """Everything the exports say about a phase, fed one result at a time.
 
-    With `goodput` objectives ({metric: threshold}, in the metric's unit), a successful request
-    is good when it has every metric named and each is within its objective.
+    A request is a success, the endpoint's failure (`errors`, the error rate's numerator) or
+    cut short by the run itself (`cut`: counted apart, in neither). With `goodput` objectives
+    ({metric: threshold}, in the metric's unit), a successful request is good when it has every
+    metric named and each is within its objective.
     """
 
     def __init__(self, goodput: dict[str, float] | None = None) -> None:
@@ -120,8 +137,9 @@ class PhaseSummary:
         self.token_sources: Counter[str] = Counter()
         self.distributions: dict[str, Distribution] = {}
         self.ok = 0
-        self.errors: Counter[ErrorInfo] = Counter()
-        self.cancelled = 0
+        self.errors: Counter[ErrorInfo] = Counter()  # the endpoint's failures
+        self.cut = 0  # requests the run cut short
+        self.unseen = 0  # ... of which nothing was seen (lost with their worker)
         self.first_start_ns: int | None = None
         self.last_end_ns: int | None = None
 
@@ -130,12 +148,14 @@ class PhaseSummary:
             self.first_start_ns = result.start_ns
         if self.last_end_ns is None or result.end_ns > self.last_end_ns:
             self.last_end_ns = result.end_ns
-        if result.error is not None:
+        if result.cut is not None:
+            self.cut += 1
+            self.unseen += result.cut.stamps_ms is None
+        elif result.error is not None:
             error = result.error
             if error not in self.errors and len(self.errors) >= MAX_ERROR_KINDS:
                 error = ErrorInfo(error.code, error.type, "(other messages)")
             self.errors[error] += 1
-            self.cancelled += result.cancelled_ns is not None
         else:
             self.ok += 1
             self.token_sources[result.token_source or "unknown"] += 1
@@ -166,7 +186,14 @@ class PhaseSummary:
 
     @property
     def error_count(self) -> int:
+        """The endpoint's failures (not what the run cut short)."""
         return sum(self.errors.values())
+
+    def most_common_error(self) -> str | None:
+        if not self.errors:
+            return None
+        ((error, _),) = self.errors.most_common(1)
+        return describe_error(error.code, error.type, error.message)
 
     @property
     def duration_s(self) -> float:
@@ -194,6 +221,7 @@ class PhaseSummary:
             "request_count": float(self.ok),
             "error_request_count": float(self.error_count),
             "request_error_rate": 100.0 * self.error_count / total if total else 0.0,
+            "cut_request_count": float(self.cut),
             "benchmark_duration": duration,
             "total_isl": isl.sum if isl else 0.0,
             "total_osl": total_osl,

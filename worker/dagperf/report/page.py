@@ -24,6 +24,7 @@ thead th { background: #f4f4f4; }
 .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 8px; }
 .better { color: #2ca02c; font-weight: 600; } .worse { color: #d62728; font-weight: 600; }
 .pass { color: #2ca02c; } .fail { color: #d62728; } .skipped { color: #888; }
+.warn, .undecided { color: #ff7f0e; } .meets { color: #2ca02c; } .misses { color: #d62728; }
 .muted { color: #666; } pre { background: #f8f8f8; padding: 12px; overflow: auto; }
 """
 
@@ -105,6 +106,7 @@ def single(run: Run) -> str:
     page.section("Latency distributions", page.grid(figures.distributions([run])))
     page.section("Throughput", page.figure(figures.throughput([run])))
     _dag_sections(page, [run])
+    page.section("Window and verdicts", tables.window(run))
     page.section("Errors by type", tables.errors(run))
     page.section("Health checks", tables.health(run))
     page.section("Configuration", tables.configuration(run))
@@ -154,6 +156,7 @@ def comparison(runs: list[Run]) -> str:
             tables.slowest_trees(run, limit=5),
             page.figure(timeline.figure(run)),
         )
+        page.section(f"Window and verdicts: {run.label}", tables.window(run))
         page.section(f"Errors and health: {run.label}", tables.errors(run), tables.health(run))
     labels = " vs ".join(run.label for run in runs)
     return page.html(f"dagperf comparison: {labels}", _generated())

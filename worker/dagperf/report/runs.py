@@ -41,6 +41,7 @@ class _Meta(msgspec.Struct):
     agent_depth: int = 0
     backend: str | None = None
     benchmark_phase: str = "profiling"
+    cut: dict[str, Any] | None = None  # cut short by the run: not an error
 
 
 class _Value(msgspec.Struct):
@@ -88,7 +89,7 @@ class Run:
     values: dict[str, np.ndarray]  # per-request metric values of successful requests
     ends_s: np.ndarray  # each profiling request's end, s after the first start
     output_tokens: np.ndarray  # aligned with ends_s
-    failed: np.ndarray  # aligned with ends_s
+    failed: np.ndarray  # aligned with ends_s: the endpoint's failures (not cut requests)
     siblings: list[tuple[float, float]]  # FORK sibling groups: (first child, mean of others)
     sibling_metric: str
     trees: dict[str, list[Request]] = field(default_factory=dict)  # drawn roots, slowest first
@@ -172,7 +173,7 @@ class _Reader:
             self.first_start = m.request_start_ns
         self.ends.append(end)
         self.tokens.append(_metric(r, "output_sequence_length") or 0.0)
-        self.failed.append(r.error is not None)
+        self.failed.append(r.error is not None and m.cut is None)
         ttft, latency = _metric(r, "time_to_first_token"), _metric(r, "request_latency")
         if r.error is None:
             for name in DRAWN_METRICS:
@@ -218,9 +219,17 @@ def _request(r: _Record, end: int, ttft: float | None, latency: float | None) ->
         end_ns=end,
         ttft_ms=ttft,
         latency_ms=latency,
-        error=None if r.error is None else (r.error.type or f"HTTP {r.error.code}"),
+        error=_error(r),
         backend=m.backend,
     )
+
+
+def _error(r: _Record) -> str | None:
+    if r.error is None:
+        return None
+    if r.metadata.cut is not None:
+        return "cut short by the run"
+    return r.error.type or f"HTTP {r.error.code}"
 
 
 def _read_records(path: Path, run: Run) -> None:

@@ -39,6 +39,7 @@ def stat(summary: dict[str, Any], metric: str, key: str = "avg") -> float | None
 GLANCE = (
     ("Requests", "request_count", "avg", ""),
     ("Failed requests", "error_request_count", "avg", ""),
+    ("Cut short by the run (not errors)", "cut_request_count", "avg", ""),
     ("Request throughput", "request_throughput", "avg", "req/s"),
     ("Output token throughput", "output_token_throughput", "avg", "tokens/s"),
     ("TTFT p50", "time_to_first_token", "p50", "ms"),
@@ -273,6 +274,51 @@ def errors(run: Run) -> str:
     if not rows:
         return "<p>No failed requests.</p>"
     return table(("Type", "Code", "Message", "Count"), rows)
+
+
+def window(run: Run) -> str:
+    """The requests the verdicts rest on: the window's span and counts, what the cut ones leave
+    each figure at, and each objective's verdict (undecided ones with why)."""
+    w = run.summary.get("window")
+    if not isinstance(w, dict):
+        return "<p>No window in this summary (written by an older dagperf).</p>"
+    requests, sessions = w.get("requests") or {}, w.get("sessions") or {}
+    counts = (
+        f"<p>{_cell(w.get('duration_s'))} s at the load's level: "
+        f"{_cell(requests.get('completed'))} requests completed, "
+        f"{_cell(requests.get('failed'))} failed, {_cell(requests.get('cut'))} cut short by "
+        f"the run ({_cell(requests.get('cut_before_first_token'))} before a first token); "
+        f"{_cell(sessions.get('completed'))} sessions completed, {_cell(sessions.get('cut'))} "
+        "cut. A cut request is a censored value: at least as long as it waited.</p>"
+    )
+    rows = [
+        (metric, stat, _bounds(low, high))
+        for metric, stats in (w.get("bounds") or {}).items()
+        for stat, (low, high) in stats.items()
+    ]
+    parts = [counts, table(("Metric", "Stat", "With the cut requests (ms)"), rows)]
+    judged = w.get("objectives") or []
+    if judged:
+        verdicts = [
+            (
+                j["objective"],
+                Raw(f'<span class="{escape(j["verdict"])}">{escape(j["verdict"])}</span>'),
+                _bounds(j.get("low"), j.get("high")),
+                j.get("values"),
+                j.get("why") or "",
+            )
+            for j in judged
+        ]
+        parts.append(table(("Objective", "Verdict", "Figure", "Values", "Why"), verdicts))
+    return "".join(parts)
+
+
+def _bounds(low: float | None, high: float | None) -> str:
+    if low is None:
+        return "—"
+    if high is None:
+        return f"{low:,.2f} or more"
+    return f"{low:,.2f}" if low == high else f"{low:,.2f} to {high:,.2f}"
 
 
 def health(run: Run) -> str:

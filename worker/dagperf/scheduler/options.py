@@ -8,7 +8,9 @@ from pathlib import Path
 from dagperf.config import EndpointConfig
 from dagperf.exports.server_metrics import ScrapeTargets
 from dagperf.keys import SchedulerKeys
+from dagperf.metrics.censored import CONFIDENCE, Objective
 from dagperf.transport import protocol
+from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
 
 class SchedulerError(Exception):
@@ -33,9 +35,14 @@ class SchedulerOptions:
     metrics_host: str = "0.0.0.0"
     metrics_linger_s: float = 0.0  # keep serving this long after the end, for a last scrape
     summary_file: Path | None = None  # the final report, for the operator
-    max_error_rate: float = 1.0
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     slice_duration_s: float | None = None  # timeslice exports, after the run
     scrape: ScrapeTargets | None = None  # the servers' own metrics, during the run
+    # Objectives the run is judged on (a search step); with `max_duration_s`, it measures past
+    # its duration until each is decided, or that long after its start (`engine.window`).
+    objectives: tuple[Objective, ...] = ()
+    confidence: float = CONFIDENCE
+    max_duration_s: float | None = None
 
 
 def worker_settings(

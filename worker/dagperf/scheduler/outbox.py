@@ -45,7 +45,7 @@ class Outbox:
         d = dispatcher
         mail = Mail()
         credits: dict[str, list[protocol.Credit]] = {}
-        for flight in d.drain_sends():
+        for flight in d.orders.drain_sends():
             self._issued[flight.credit] = now_ns
             for armed in armed_under(flight):  # issued now, started by the worker later
                 self._issued[armed.credit] = now_ns
@@ -57,10 +57,10 @@ class Outbox:
         for worker, ids in cancels.items():
             mail.add(worker, protocol.Cancel(ids))
         mail.cancelled = bool(cancels)
-        disarms = _by_worker((f.worker, f.credit) for f in d.drain_disarms())
+        disarms = _by_worker((f.worker, f.credit) for f in d.orders.drain_disarms())
         for worker, ids in disarms.items():
             mail.add(worker, protocol.Disarm(ids))
-        mail.retired = d.drain_retired()
+        mail.retired = d.orders.drain_retired()
         forgets = _by_worker((w, run.id) for run in mail.retired for w in run.workers)
         for worker, runs in forgets.items():
             if worker in present:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dagperf.contract import FinalReport, RunState, StatusReport
 from dagperf.engine import Dispatcher
+from dagperf.engine.window import Window
 from dagperf.exports.run import RunOutput
-from dagperf.verdict import rejection
+from dagperf.verdict import rejection, unmeasured
 
 log = logging.getLogger("dagperf.scheduler")
 
@@ -61,6 +63,17 @@ def write_final_report(
         log.error("cannot write the summary file %s: %s", path, e)
 
 
+def _wall_ns(window: Window) -> tuple[int | None, int | None]:
+    """When the window opened and closed (at the run's end, if nothing closed it), as epoch
+    nanoseconds like the records' times."""
+    now_s, now_ns = time.monotonic(), time.time_ns()
+
+    def wall(t: float | None) -> int | None:
+        return None if t is None else now_ns - round((now_s - t) * 1e9)
+
+    return wall(window.level_at), wall(window.closed_at if window.closed_at is not None else now_s)
+
+
 def conclude(
     dispatcher: Dispatcher, output: RunOutput, interrupted: bool, stopped: bool,
     max_error_rate: float,
@@ -73,10 +86,15 @@ def conclude(
         d.branch_stats.as_dict(),
         complete=d.finished and d.failure is None and not cut_short,
         cancelled=cut_short or d.failure is not None,
+        window_ns=_wall_ns(d.window),
     )
+    s = output.summary
     failure = d.failure or write_failure
+    if failure is None and not cut_short:
+        failure = unmeasured(s.ok, s.error_count, s.cut, s.unseen)
     outcome = Outcome(document, failure, d.closed_reason, interrupted, stopped)
     if failure is None and not cut_short:
-        summary = output.summary
-        outcome.rejected = rejection(summary.ok, summary.errors, max_error_rate)
+        outcome.rejected = rejection(
+            s.ok, s.error_count, max_error_rate, s.most_common_error(), s.cut
+        )
     return outcome

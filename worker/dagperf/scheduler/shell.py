@@ -21,11 +21,13 @@ import zmq
 
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.contract import RunState, StatusReport, Workers
-from dagperf.engine import Dispatcher, Flight, Phase, Progress
+from dagperf.engine import Dispatcher, Flight, Phase, Progress, Until
 from dagperf.exports.run import Artifacts, RunOutput
 from dagperf.graph import RequestGraph
 from dagperf.keys import Gate, secure_server
 from dagperf.metrics.live import LiveMetrics
+from dagperf.metrics.window import WindowSample, sampled
+from dagperf.scheduler.deadline import DeadlineTimer
 from dagperf.scheduler.options import SchedulerError, SchedulerOptions, worker_settings
 from dagperf.scheduler.outbox import Outbox
 from dagperf.scheduler.outcome import Outcome, conclude, write_final_report
@@ -52,10 +54,16 @@ class Scheduler:
         self.artifacts = artifacts
         self.options = options
         self.on_progress = on_progress
-        self.dispatcher = Dispatcher(graph, load, time.monotonic)
         self.live = LiveMetrics(options.benchmark) if options.metrics_port is not None else None
         o = options
-        self.output = RunOutput(artifacts, o.goodput, self.live, o.slice_duration_s, o.scrape)
+        window = WindowSample(sampled(endpoint.streaming), o.objectives, o.confidence)
+        self.output = RunOutput(
+            artifacts, o.goodput, self.live, o.slice_duration_s, o.scrape, window
+        )
+        until = None
+        if o.objectives and o.max_duration_s is not None:
+            until = Until(self.output.decided, o.max_duration_s)
+        self.dispatcher = Dispatcher(graph, load, time.monotonic, until=until)
         self.status_server: StatusServer | None = None
         self._state = RunState.WAITING
         self.endpoint_url: str | None = None  # the address really bound, once listening
@@ -68,8 +76,7 @@ class Scheduler:
         self._done = asyncio.Event()
         self._enough = asyncio.Event()
         self._stopped = asyncio.Event()  # a stop request: also ends the metrics linger
-        self._timer: asyncio.Handle | None = None
-        self._timer_due: float | None = None
+        self._timer = DeadlineTimer(self._on_timer)
         self._cancel_deadline: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -103,7 +110,8 @@ class Scheduler:
             for worker in self._peers:
                 self._send(worker, protocol.Shutdown(self._end_reason()))
         finally:
-            for handle in (self._watchdog, self._timer, self._cancel_deadline):
+            self._timer.cancel()
+            for handle in (self._watchdog, self._cancel_deadline):
                 if handle is not None:
                     handle.cancel()
             await self.output.close()
@@ -190,7 +198,7 @@ class Scheduler:
             # What these results release goes out first; the bookkeeping can wait.
             complete = self.dispatcher.complete
             done = [
-                (complete(r.credit, r.error is None, r.cancelled_ns is not None, r.started), r)
+                (complete(r.credit, r.error is None, r.cut is not None, r.started), r)
                 for r in message.items
             ]
             self._flush()
@@ -265,13 +273,16 @@ class Scheduler:
         self._peers.remove(worker)
         lost = self.dispatcher.remove_worker(worker)
         log.warning(
-            "lost worker %s (%s); %d request(s) in flight on it failed", worker, why, len(lost)
+            "lost worker %s (%s); %d request(s) in flight on it are lost", worker, why, len(lost)
         )
         now = time.time_ns()
-        for flight in lost:
+        for flight in lost:  # the run lost them, not the endpoint: cut, nothing seen of them
             issued = self._outbox.issued(flight.credit, now)
             error = protocol.ErrorInfo(None, "WorkerLost", f"worker {worker} was lost: {why}")
-            self._record(flight, protocol.Result(flight.credit, issued, None, now, {}, error))
+            cut = protocol.Cut((now - issued) / 1e6, None)
+            self._record(flight, protocol.Result(
+                flight.credit, issued, None, now, {}, error, cut=cut
+            ))  # fmt: skip
         self._flush()
 
     # --- output -----------------------------------------------------------------------------
@@ -285,24 +296,11 @@ class Scheduler:
         if mail.cancelled and self._cancel_deadline is None:
             loop = asyncio.get_running_loop()
             self._cancel_deadline = loop.call_later(self.options.cancel_timeout_s, self._abandon)
-        self._arm_timer()
+        self._timer.set(self.dispatcher.next_deadline())
         if self.dispatcher.finished:
             self._done.set()
 
-    def _arm_timer(self) -> None:
-        deadline = self.dispatcher.next_deadline()
-        if self._timer is not None:
-            if deadline == self._timer_due:
-                return
-            self._timer.cancel()
-            self._timer = None
-        if deadline is not None:
-            # (uvloop's handle for a time already past cannot say when it was due)
-            self._timer_due = deadline
-            self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timer)
-
     def _on_timer(self) -> None:
-        self._timer = None
         self.dispatcher.tick()
         self._flush()
 
@@ -316,7 +314,10 @@ class Scheduler:
             issued = self._outbox.issued(flight.credit, now)
             message = f"no result within {self.options.cancel_timeout_s:.0f} s of cancelling"
             error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
-            self._record(flight, protocol.Result(flight.credit, issued, None, now, {}, error, now))
+            cut = protocol.Cut((now - issued) / 1e6, None)  # what it saw is lost with it
+            self._record(flight, protocol.Result(
+                flight.credit, issued, None, now, {}, error, now, cut=cut
+            ))  # fmt: skip
         self._flush()
 
     def _send(self, worker: str, message: protocol.Message) -> None:

@@ -68,6 +68,7 @@ def status_report(
             requests_total=p.expected,
             errors=p.errors,
             in_flight=p.in_flight,
+            cut=p.cut,
         ),
         branch_stats=d.branch_stats.as_dict(),
         summary=metrics_summary(summary),

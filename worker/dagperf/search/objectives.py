@@ -1,4 +1,5 @@
-"""Service-level objectives for a search: `METRIC:STAT:VALUE`, judged on a run's summary.
+"""Service-level objectives for a search: `METRIC:STAT:VALUE`, read and checked here, judged on
+each step's window (`dagperf.metrics.censored`, `dagperf.metrics.window`).
 
 METRIC is a per-request metric of the summary (`time_to_first_token`, `inter_token_latency`,
 `request_latency`, ...), `session_duration`, or `error_rate` (a fraction of requests; STAT is
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 
@@ -20,8 +20,6 @@ SESSION_METRICS = ("session_duration",)
 METRICS = (*RECORD, *SESSION_METRICS, "error_rate")
 STREAMED = ("time_to_first_token", "time_to_second_token", "inter_token_latency",
             "inter_chunk_latency", "output_token_throughput_per_user")  # fmt: skip
-TAIL_SAMPLES = 10  # values beyond a percentile a step measures, at the least
-MIN_SAMPLES = 20
 
 
 @dataclass(frozen=True)
@@ -33,31 +31,6 @@ class Objective:
     @property
     def ceiling(self) -> bool:
         return OBJECTIVE_IS_CEILING.get(self.metric, True)
-
-    @property
-    def samples(self) -> int:
-        """Values a step needs for this statistic to mean something: `TAIL_SAMPLES` beyond
-        a percentile (1,000 requests for a p99), and `MIN_SAMPLES` at the least."""
-        if self.stat.startswith("p"):
-            tail = 100 - int(self.stat[1:])
-            return max(MIN_SAMPLES, math.ceil(TAIL_SAMPLES * 100 / tail))
-        return MIN_SAMPLES
-
-    def measured(self, document: dict[str, Any]) -> float | None:
-        """The figure in a run's summary, or None when the run has none."""
-        if self.metric == "error_rate":
-            rate = document.get("request_error_rate")
-            return None if rate is None else rate["avg"] / 100
-        stats = document.get(self.metric)
-        if not stats or self.stat not in stats:
-            return None
-        value = stats[self.stat]
-        return None if value is None or math.isnan(value) else float(value)
-
-    def met_by(self, value: float | None) -> bool:
-        if value is None:
-            return False  # no figure (every request failed, say) meets nothing
-        return value <= self.value if self.ceiling else value >= self.value
 
     def __str__(self) -> str:
         return f"{self.metric}:{self.stat}:{self.value:g}"
@@ -94,9 +67,3 @@ def unmeasurable(objectives: list[Objective], streaming: bool) -> str | None:
         if o.metric in STREAMED and not streaming:
             return f"{o} needs --streaming: without it a reply comes whole, with no token times"
     return None
-
-
-def judge(objectives: list[Objective], document: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
-    """Whether a run's summary meets every objective, and the figure for each."""
-    figures = {str(o): o.measured(document) for o in objectives}
-    return all(o.met_by(figures[str(o)]) for o in objectives), figures

@@ -1,18 +1,26 @@
 """Which load to try next: pure, so the method is tested without running anything.
 
-From `low`, the load doubles until a step fails its objectives or `high` is reached (the
-bracket); then the gap between the highest load that passed and the lowest that failed is
-halved until it is within the precision: 1 for a concurrency, a share of the passing value for
-a rate (5% by default). A load that passes after one that failed is not expected (latency grows
-with load); were it to happen, the answer stays the highest passing load below the lowest
-failure, so a noisy step cannot push the answer past a load seen to fail. With a sweep, the
-listed values are tried in order and the answer is the highest that passed.
+Each step is met, missed or undecided (`metrics.censored`). From `low`, the load doubles until a
+step misses or `high` is reached (the bracket); then the gap between the highest load met and
+the lowest missed is halved until it is within the precision: 1 for a concurrency, a share of
+the met value for a rate (5% by default). An undecided step is neither: it splits the gap
+around it, and the halving goes on in the widest part left, so the answer is exact when the
+steps around the knee decided, and otherwise a range from the highest load met to the highest
+undecided one below the lowest miss. A load met above one missed is not expected (latency grows
+with load); were it to happen, the answer stays below the lowest miss, so a noisy step cannot
+push the answer past a load seen to fail. With a sweep, the listed values are tried in order
+and the answer is the highest met.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+
+from dagperf.verdict import Verdict
+
+DEFAULT_MAX_STEP_S = 600.0  # the longest a step measures, by default
 
 # A search parameter -> the LoadConfig field it sets (a session rate is dagperf's request rate).
 PARAMETERS = {
@@ -29,7 +37,7 @@ class SearchPlan:
     integer: bool  # a concurrency: whole values, precision 1
     precision: float  # relative for a rate; an absolute step for a concurrency
     sweep: list[float] | None = None
-    tried: list[tuple[float, bool]] = field(default_factory=list)
+    tried: list[tuple[float, Verdict]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not 0 < self.low <= self.high:
@@ -37,16 +45,34 @@ class SearchPlan:
         if self.precision <= 0:
             raise ValueError(f"--search-precision must be above 0, got {self.precision}")
 
+    def record(self, value: float, verdict: Verdict | bool) -> None:
+        """A step's verdict (True: met, False: missed)."""
+        if isinstance(verdict, bool):
+            verdict = Verdict.MEETS if verdict else Verdict.MISSES
+        self.tried.append((value, verdict))
+
+    @property
+    def _ceiling(self) -> float:
+        """The lowest load missed (no ceiling for a sweep, whose values are all tried)."""
+        missed = [value for value, v in self.tried if v is Verdict.MISSES]
+        return min(missed) if missed and self.sweep is None else math.inf
+
     @property
     def best(self) -> float | None:
-        """The highest load that met the objectives below the lowest that did not."""
-        failed = [value for value, ok in self.tried if not ok]
-        ceiling = min(failed) if failed and self.sweep is None else math.inf
-        passed = [value for value, ok in self.tried if ok and value < ceiling]
-        return max(passed) if passed else None
+        """The highest load that met the objectives below the lowest that missed them."""
+        ceiling = self._ceiling
+        met = [value for value, v in self.tried if v is Verdict.MEETS and value < ceiling]
+        return max(met) if met else None
 
-    def record(self, value: float, ok: bool) -> None:
-        self.tried.append((value, ok))
+    @property
+    def undecided(self) -> list[float]:
+        """Loads whose steps decided nothing, above the best and below the lowest miss: the
+        answer may lie up to the highest of them."""
+        best, ceiling = self.best, self._ceiling
+        floor = -math.inf if best is None else best
+        return sorted(
+            value for value, v in self.tried if v is Verdict.UNDECIDED and floor < value < ceiling
+        )
 
     def next_value(self) -> float | None:
         """The next load to try, or None when the answer is known."""
@@ -54,17 +80,20 @@ class SearchPlan:
             return self.sweep[len(self.tried)] if len(self.tried) < len(self.sweep) else None
         if not self.tried:
             return self._whole(self.low)
-        failed = [value for value, ok in self.tried if not ok]
         best = self.best
         if best is None:
-            return None  # even the lowest load failed
-        if not failed:  # still bracketing
-            return None if best >= self.high else self._whole(min(best * 2, self.high))
-        ceiling = min(failed)
-        if self._close_enough(best, ceiling):
-            return None
-        middle = self._whole((best + ceiling) / 2)
-        return None if middle in (best, ceiling) else middle
+            return None  # the lowest load missed, or decided nothing: no load is known to meet
+        ceiling = self._ceiling
+        if math.isinf(ceiling):  # still bracketing: double past the highest tried
+            top = max(value for value, _ in self.tried)
+            return None if top >= self.high else self._whole(min(top * 2, self.high))
+        points = [best, *self.undecided, ceiling]
+        gaps = [(a, b) for a, b in itertools.pairwise(points) if not self._close_enough(a, b)]
+        for a, b in sorted(gaps, key=lambda gap: gap[0] - gap[1]):  # the widest first
+            middle = self._whole((a + b) / 2)
+            if middle not in (a, b):
+                return middle
+        return None
 
     def _close_enough(self, passed: float, failed: float) -> bool:
         if self.integer:

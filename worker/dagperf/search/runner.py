@@ -26,18 +26,13 @@ from dagperf.contract import (
     SearchStep,
 )  # fmt: skip
 from dagperf.exports.files import whole_or_nothing
+from dagperf.metrics.censored import CONFIDENCE
 from dagperf.profile import LocalPlan, run_local
-from dagperf.search.objectives import Objective, judge
-from dagperf.search.plan import PARAMETERS, SearchPlan
+from dagperf.search.objectives import Objective
+from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS, SearchPlan
+from dagperf.search.steps import step_line, step_record, table
+from dagperf.verdict import Verdict
 
-# What each step reports beside its objectives: (summary key, statistic).
-HEADLINES = (
-    ("request_throughput", "avg"),
-    ("session_goodput", "avg"),
-    ("time_to_first_token", "p50"),
-    ("time_to_first_token", "p99"),
-    ("request_error_rate", "avg"),
-)
 MAX_RATE_WARMUP = 100
 
 
@@ -48,13 +43,21 @@ class Search:
     plan: SearchPlan
     base: LocalPlan  # every step's run but for its load and directory
     directory: Path
+    confidence: float = CONFIDENCE  # of each percentile's verdict
+    # Each step measures until its objectives are decided, at most this long (None: each step
+    # runs the count it was given, and is judged on it).
+    max_step_s: float | None = DEFAULT_MAX_STEP_S
 
     def results(self, steps: list[dict[str, Any]]) -> dict[str, Any]:
-        best = self.plan.best
+        best, undecided = self.plan.best, self.plan.undecided
+        shown = None if best is None else _shown(best, self.plan.integer)
+        span = [shown, _shown(undecided[-1], self.plan.integer)] if shown and undecided else None
         return {
             "parameter": self.parameter,
             "slo": [str(o) for o in self.objectives],
-            "best": None if best is None else _shown(best, self.plan.integer),
+            "confidence": self.confidence,
+            "best": shown,
+            "best_range": span,  # the knee lies in it, when undecided steps leave it open
             "steps": steps,
         }
 
@@ -79,18 +82,13 @@ async def run_search(search: Search, out: TextIO) -> int:
             code = verdict.SIGNALLED if outcome.interrupted else verdict.OK
             code = verdict.RUN_FAILED if outcome.failure else code
             break
-        meets, figures = judge(search.objectives, outcome.document)
-        search.plan.record(value, meets)
+        shown = _shown(value, search.plan.integer)
+        step = step_record(shown, outcome.document, step_plan.artifact_dir)
+        search.plan.record(value, Verdict(step["verdict"]))
         documents.append(outcome.document)
-        steps.append({
-            "value": _shown(value, search.plan.integer),
-            "meets_slo": meets,
-            "metrics": figures | _headlines(outcome.document),
-            "artifact_dir": str(step_plan.artifact_dir),
-        })  # fmt: skip
+        steps.append(step)
         _write(search, steps)
-        print(f"  {'meets' if meets else 'misses'} the objectives: "
-              + ", ".join(f"{k} = {_figure(v)}" for k, v in figures.items()), file=out)  # fmt: skip
+        print(step_line(step), file=out, flush=True)
     _write(search, steps)
     out.write(table(search.results(steps)))
     if state is RunState.SUCCEEDED and search.plan.best is None:
@@ -110,9 +108,12 @@ def _final_report(
     path = options.get("summary_file")
     if path is None:
         return
-    completed = sum(int(d["request_count"]["avg"] + d["error_request_count"]["avg"])
-                    for d in documents)  # fmt: skip
-    errors = sum(int(d["error_request_count"]["avg"]) for d in documents)
+
+    def total(name: str) -> int:
+        return sum(int((d.get(name) or {}).get("avg", 0)) for d in documents)
+
+    errors, cut = total("error_request_count"), total("cut_request_count")
+    completed = total("request_count") + errors + cut
     at = [
         d
         for d, s in zip(documents, steps, strict=True)
@@ -124,12 +125,14 @@ def _final_report(
         outcome=state,
         reason=reason,
         benchmark=options.get("benchmark"),
-        progress=Progress(requests_completed=completed, requests_total=completed, errors=errors),
+        progress=Progress(
+            requests_completed=completed, requests_total=completed, errors=errors, cut=cut
+        ),
         summary=_metrics_summary(shown),
         results_path=str(search.directory),
         search=SearchReport(
             parameter=search.parameter, slo=results["slo"], best=results["best"],
-            steps=[SearchStep(s["value"], s["meets_slo"]) for s in steps],
+            steps=[SearchStep(s["value"], s["meets_slo"], s["verdict"]) for s in steps],
         ),
     )  # fmt: skip
     Path(path).write_bytes(report.compact())
@@ -152,7 +155,7 @@ def _metrics_summary(document: dict[str, Any]) -> MetricsSummary:
 
 def _step(search: Search, value: float, index: int) -> LocalPlan:
     """The base run at one load, with a warm-up of as many requests as the load keeps busy
-    (unless one was asked for), in a directory of its own."""
+    (unless one was asked for), judged on the objectives, in a directory of its own."""
     base = search.base
     field = PARAMETERS[search.parameter]
     update: dict[str, Any] = {field: int(value) if search.plan.integer else value}
@@ -160,23 +163,21 @@ def _step(search: Search, value: float, index: int) -> LocalPlan:
         update["fixed_schedule"] = False  # a timed dataset runs at the searched rate
     if not base.load.warmup_request_count:
         update["warmup_request_count"] = min(math.ceil(value), MAX_RATE_WARMUP)
+    if search.max_step_s is not None:  # it measures until decided: no count of roots stops it
+        update["num_conversations"] = None
     load = LoadConfig(**(base.load.model_dump() | update))
     name = f"step{index:02d}-{search.parameter}-{_shown(value, search.plan.integer)}"
     inputs = base.input_config | {"load": load.model_dump(mode="json")}
-    options = base.scheduler_options | {"summary_file": None}  # the search writes its own
+    options = base.scheduler_options | {
+        "summary_file": None,  # the search writes its own
+        "objectives": tuple(search.objectives),
+        "confidence": search.confidence,
+        "max_duration_s": search.max_step_s,
+    }
     return dataclasses.replace(
         base, load=load, artifact_dir=search.directory / name, input_config=inputs,
         scheduler_options=options,
     )  # fmt: skip
-
-
-def _headlines(document: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, stat in HEADLINES:
-        figure = (document.get(key) or {}).get(stat)
-        if figure is not None:
-            out[f"{key}:{stat}"] = figure
-    return out
 
 
 def _write(search: Search, steps: list[dict[str, Any]]) -> None:
@@ -184,29 +185,5 @@ def _write(search: Search, steps: list[dict[str, Any]]) -> None:
         f.write(json.dumps(search.results(steps), indent=2) + "\n")
 
 
-def table(results: dict[str, Any]) -> str:
-    """The steps in the order tried, and the answer."""
-    objectives = results["slo"]
-    header = [results["parameter"], "meets", *objectives]
-    rows = [header] + [
-        [str(s["value"]), "yes" if s["meets_slo"] else "no",
-         *(_figure(s["metrics"].get(o)) for o in objectives)]
-        for s in results["steps"]
-    ]  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["", "dagperf | search"]
-    lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
-    best = results["best"]
-    if best is None:
-        lines.append(f"No {results['parameter']} tried met every objective.")
-    else:
-        lines.append(f"Highest {results['parameter']} meeting every objective: {best}")
-    return "\n".join(lines) + "\n"
-
-
 def _shown(value: float, integer: bool) -> int | float:
     return int(value) if integer else round(value, 6)
-
-
-def _figure(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.3g}" if abs(value) < 1 else f"{value:,.2f}"

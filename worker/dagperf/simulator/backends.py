@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from dagperf.simulator.config import SimConfig
+from dagperf.simulator.engine import Engine
 from dagperf.simulator.prefix_cache import PrefixCache
 
 BACKEND_HEADER = "x-backend"
@@ -56,6 +57,13 @@ class Backend:
         slots = config.max_concurrency
         self.slots = asyncio.Semaphore(slots) if slots else None
         self.metrics = BackendMetrics(config.model)
+        self.engine: Engine | None = None  # an engine's sequence slots (`--slots`)
+        if config.slots is not None:
+            self.engine = Engine(config.slots, config.itl_ms, config.batch_itl_ms, self._gauges)
+
+    def _gauges(self, running: int, waiting: int) -> None:
+        self.metrics.running.set(running)
+        self.metrics.waiting.set(waiting)
 
     def admit(self, prompt: list[str]) -> int:
         """Look the prompt up in this backend's cache; the tokens found there."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class SimConfig(BaseModel):
@@ -46,6 +46,25 @@ class SimConfig(BaseModel):
         "slot, first come first served, so latency rises sharply past this load (a knee for "
         "`dagperf search` to find). Default: no limit.",
     )
+    slots: int | None = Field(
+        default=None,
+        ge=1,
+        description="Serve like a continuous-batching engine with this many sequence slots: "
+        "past them a request waits in line for its first token until a reply ends; the "
+        "sequences in slots decode together, a token each per step of itl_ms (plus "
+        "batch_itl_ms per other sequence), and a prefill holds the batch up. Default: off.",
+    )
+    batch_itl_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="With --slots: added to a decode step for each other sequence decoding "
+        "(a bigger batch decodes each of its tokens more slowly).",
+    )
+    strict_fields: bool = Field(
+        default=False,
+        description="Refuse a body field the API does not define (ignore_eos, min_tokens, ...) "
+        "with HTTP 422, as transformers serve does.",
+    )
     backends: int = Field(
         default=1,
         ge=1,
@@ -79,3 +98,12 @@ class SimConfig(BaseModel):
     record_bodies: bool = Field(
         default=False, description="Keep each request's body and headers in the request log."
     )
+
+    @model_validator(mode="after")
+    def _one_kind_of_slot(self) -> SimConfig:
+        if self.slots is not None and self.max_concurrency is not None:
+            raise ValueError(
+                "slots (an engine's sequence slots) and max_concurrency (a whole reply per "
+                "slot, no batching) are two models of the same limit: give one"
+            )
+        return self

@@ -37,9 +37,10 @@ class DialectReply:
         return self._messages_chunks()
 
     def tail(self, include_usage: bool) -> bytes:
-        if self.api == "responses":
-            done = {"type": "response.completed", "response": self._response("completed")}
-            return _event("response.completed", done)
+        if self.api == "responses":  # a reply cut at its limit is `incomplete`, as OpenAI's is
+            kind = "response.incomplete" if self.finish == "length" else "response.completed"
+            done = {"type": kind, "response": self._response(self._ended())}
+            return _event(kind, done)
         output = (self.usage or {}).get("completion_tokens", len(self.words))
         last = 1 if self.reasoning and self.reasoning < len(self.words) else 0
         stop = _event("content_block_stop", {"type": "content_block_stop", "index": last})
@@ -53,7 +54,7 @@ class DialectReply:
 
     def whole(self) -> dict[str, Any]:
         if self.api == "responses":
-            return self._response("completed")
+            return self._response(self._ended())
         thinking, content = self.texts()
         blocks: list[dict[str, Any]] = []
         if thinking:
@@ -71,6 +72,9 @@ class DialectReply:
         }
 
     # --- Responses ----------------------------------------------------------------------------
+
+    def _ended(self) -> str:
+        return "incomplete" if self.finish == "length" else "completed"
 
     def _response(self, status: str) -> dict[str, Any]:
         thinking, content = self.texts()
@@ -93,7 +97,7 @@ class DialectReply:
             }
         )
         usage = None
-        if self.usage is not None and status == "completed":
+        if self.usage is not None and status != "in_progress":
             u = self.usage
             usage = {
                 "input_tokens": u["prompt_tokens"],
@@ -102,15 +106,18 @@ class DialectReply:
                 "output_tokens_details": u["completion_tokens_details"],
                 "total_tokens": u["total_tokens"],
             }
-        return {
+        body: dict[str, Any] = {
             "id": self.id,
             "object": "response",
             "status": status,
             "model": self.model,
-            "output": output if status == "completed" else [],
+            "output": [] if status == "in_progress" else output,
             "usage": usage,
             "error": None,
         }
+        if status == "incomplete":  # it reached max_output_tokens
+            body["incomplete_details"] = {"reason": "max_output_tokens"}
+        return body
 
     def _responses_chunks(self) -> list[bytes]:
         thinking, content = self.texts()

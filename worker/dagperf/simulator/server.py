@@ -29,6 +29,7 @@ from dagperf.dataset.text import chat_prompt_tokens, reply_words, text_tokens
 from dagperf.simulator.backends import BACKEND_HEADER, Backend, Router
 from dagperf.simulator.config import SimConfig
 from dagperf.simulator.dialects import DialectReply
+from dagperf.simulator.engine import Sequence, Timed
 
 
 @dataclass(slots=True)
@@ -60,6 +61,31 @@ class SimRecord:
 
 
 BACKEND = web.RequestKey("backend", str)
+
+_SAMPLING = {"model", "stream", "temperature", "top_p", "seed", "user", "metadata", "stop"}
+# What each API defines (OpenAI's and Anthropic's references): with `strict_fields`, anything
+# else in a body is refused, as servers that validate bodies strictly do.
+FIELDS = {
+    "chat": _SAMPLING | {
+        "messages", "stream_options", "max_tokens", "max_completion_tokens", "n", "tools",
+        "tool_choice", "parallel_tool_calls", "presence_penalty", "frequency_penalty",
+        "logit_bias", "logprobs", "top_logprobs", "response_format", "store", "modalities",
+        "reasoning_effort", "service_tier", "prediction", "audio",
+    },
+    "completions": _SAMPLING | {
+        "prompt", "stream_options", "max_tokens", "n", "presence_penalty", "frequency_penalty",
+        "logit_bias", "logprobs", "echo", "best_of", "suffix",
+    },
+    "responses": _SAMPLING | {
+        "input", "instructions", "max_output_tokens", "tools", "tool_choice",
+        "parallel_tool_calls", "previous_response_id", "store", "reasoning", "text",
+        "truncation", "include", "background", "service_tier",
+    },
+    "messages": _SAMPLING | {
+        "messages", "system", "max_tokens", "top_k", "stop_sequences", "tools", "tool_choice",
+        "thinking", "service_tier",
+    },
+}  # fmt: skip
 
 
 async def _name_backend(request: web.Request, response: web.StreamResponse) -> None:
@@ -158,6 +184,8 @@ class Simulator:
             self.records.append(record)
         try:
             body = await self._body(request)
+            if self.config.strict_fields and (unknown := sorted(set(body) - FIELDS[api])):
+                return self._finish(record, _unprocessable(unknown))
             record.stream = body.get("stream") is True
             if self.config.record_bodies:
                 record.body = body
@@ -172,6 +200,8 @@ class Simulator:
         request[BACKEND] = record.backend = backend.name
         reply = (request, record, body, prompt, length, finish, api, backend)
         metrics = backend.metrics
+        if backend.engine is not None:  # it keeps its own gauges, and the time
+            return await self._respond(*reply, start, 0.0)
         if backend.slots is None:
             with metrics.running.track_inprogress():
                 return await self._respond(*reply, start, 0.0)
@@ -207,46 +237,55 @@ class Simulator:
         usage = _usage(len(prompt), cached, length, reasoning) if cfg.usage else None
         model = body["model"] if isinstance(body.get("model"), str) else cfg.model
         if api in ("responses", "messages"):
-            other = DialectReply(api, f"{api[:4]}-{next(self._ids):x}", model, words, reasoning,
-                                 finish, usage)  # fmt: skip
-            return await self._send(request, record, other, start + ttft_ms / 1000, True)
-        reply = _Reply(
-            id=f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):x}",
-            model=model,
-            chat=chat,
-            words=words,
-            reasoning=reasoning,
-            finish="tool_calls" if tool else finish,
-            usage=usage,
-            tool=tool,
-        )
-        record.tool_call = reply.tool_call() if cfg.record_bodies else None
-        include_usage = cfg.usage and _include_usage(body)
-        return await self._send(request, record, reply, start + ttft_ms / 1000, include_usage)
+            reply: _Reply | DialectReply = DialectReply(
+                api, f"{api[:4]}-{next(self._ids):x}", model, words, reasoning, finish, usage
+            )
+            include_usage = True
+        else:
+            reply = _Reply(
+                id=f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):x}",
+                model=model,
+                chat=chat,
+                words=words,
+                reasoning=reasoning,
+                finish="tool_calls" if tool else finish,
+                usage=usage,
+                tool=tool,
+            )
+            record.tool_call = reply.tool_call() if cfg.record_bodies else None
+            include_usage = cfg.usage and _include_usage(body)
+        if backend.engine is None:
+            pace = Timed(start + ttft_ms / 1000, cfg.itl_ms / 1000)
+            return await self._send(request, record, reply, pace, include_usage)
+        prefill_s = cfg.prefill_ms_per_token * (len(prompt) - cached) / 1000
+        sequence = backend.engine.submit(len(words), cfg.ttft_ms / 1000, prefill_s)
+        try:
+            return await self._send(request, record, reply, sequence, include_usage)
+        finally:  # done, or its client went away: its slot frees
+            backend.engine.leave(sequence)
+            if sequence.first_token_at is not None:
+                record.intended_ttft_ms = (sequence.first_token_at - start) * 1000
 
     async def _send(
         self, request: web.Request, record: SimRecord, reply: _Reply | DialectReply,
-        first_due: float, include_usage: bool,
+        pace: Timed | Sequence, include_usage: bool,
     ) -> web.StreamResponse:  # fmt: skip
-        """The reply, whole once its last token is due, or streamed token by token."""
+        """The reply, whole once its last token is out, or streamed token by token."""
         if self.config.record_bodies:
             record.reply = "" if record.tool_call else "".join(reply.texts()[1])
         if not record.stream:
-            last = first_due + (len(reply.words) - 1) * self.config.itl_ms / 1000
-            await _sleep_until(asyncio.get_running_loop(), last)
+            await pace.ready(len(reply.words), len(reply.words))
             return self._finish(record, web.json_response(reply.whole()))
-        return await self._stream(request, record, reply, first_due, include_usage)
+        return await self._stream(request, record, reply, pace, include_usage)
 
     async def _stream(
         self,
         request: web.Request,
         record: SimRecord,
         reply: _Reply | DialectReply,
-        first_due: float,
+        pace: Timed | Sequence,
         include_usage: bool,
     ) -> web.StreamResponse:
-        loop = asyncio.get_running_loop()
-        itl = self.config.itl_ms / 1000
         chunks = reply.chunks()
         tail = reply.tail(include_usage)
         response = web.StreamResponse(
@@ -256,11 +295,7 @@ class Simulator:
             await response.prepare(request)
             sent = 0
             while sent < len(chunks):
-                await _sleep_until(loop, first_due + sent * itl)
-                now = loop.time()
-                due = sent + 1
-                while due < len(chunks) and first_due + due * itl <= now:
-                    due += 1
+                due = await pace.ready(sent + 1, len(chunks))
                 batch = b"".join(chunks[sent:due])
                 stamp = time.time_ns()
                 if sent == 0:
@@ -481,13 +516,17 @@ def _error(status: int, kind: str, message: str) -> web.Response:
     )
 
 
+def _unprocessable(fields: list[str]) -> web.Response:
+    """A 422 naming each field the API does not define, as a FastAPI server (transformers
+    serve) words it."""
+    detail = [
+        {"type": "extra_forbidden", "loc": ["body", name], "msg": "Extra inputs are not permitted"}
+        for name in fields
+    ]
+    return web.json_response({"detail": detail}, status=422)
+
+
 def _public(record: SimRecord) -> dict[str, Any]:
     out = asdict(record)
     del out["done"]
     return out
-
-
-async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-    delay = deadline - loop.time()
-    if delay > 0:
-        await asyncio.sleep(delay)

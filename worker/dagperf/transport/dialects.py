@@ -6,7 +6,10 @@ event, for time to first token and inter-token latency), tool calls (kept in the
 keeps them) and usage, mapped to the chat names: Responses' `input_tokens`,
 `input_tokens_details.cached_tokens`, `output_tokens`, `output_tokens_details.reasoning_tokens`;
 Messages' `input_tokens` plus its cache reads and writes as the prompt, `cache_read_input_tokens`
-as the cached part, and the running `output_tokens` of `message_delta`. An `error` event, a
+as the cached part, and the running `output_tokens` of `message_delta`. Why a reply ended is
+read in chat's words (`replies.finish`): a Responses reply `completed` stopped by itself, one
+`incomplete` for `max_output_tokens` hit its limit (`length`), as did a Messages reply whose
+`stop_reason` is `max_tokens`. An `error` event, a
 `response.failed`, or an error body is a `ServerError`, as for chat.
 """
 
@@ -17,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from dagperf.transport.replies import MalformedResponse, Reply, ServerError, Usage
+from dagperf.transport.replies import STOP, MalformedResponse, Reply, ServerError, Usage, finish
 
 
 class _Event(msgspec.Struct):
@@ -35,6 +38,9 @@ class _Event(msgspec.Struct):
     content: Any = None  # a whole Messages body
     item: Any = None  # Responses: output_item.added / done
     code: Any = None  # Responses: an error event's own fields
+    status: Any = None  # a whole Responses body: completed, incomplete
+    incomplete_details: Any = None  # ... and why, when incomplete
+    stop_reason: Any = None  # a whole Messages body: why it ended
 
 
 _decode = msgspec.json.Decoder(_Event).decode
@@ -97,6 +103,7 @@ def _responses_event(reply: Reply, raw: bytes) -> bool:
     elif kind in ("response.completed", "response.incomplete") and isinstance(event.response, dict):
         reply.completion = True
         reply.usage = _responses_usage(event.response.get("usage"))
+        reply.finish = _responses_finish(event.response)
     return False
 
 
@@ -104,6 +111,8 @@ def _responses_body(reply: Reply, raw: bytes) -> None:
     body = _parse(raw)
     reply.completion = isinstance(body.output, list) or body.usage is not None
     reply.usage = _responses_usage(body.usage)
+    reply.finish = _responses_finish({"status": body.status,
+                                      "incomplete_details": body.incomplete_details})  # fmt: skip
     for item in body.output or ():
         if isinstance(item, dict):
             _responses_item(reply, item, streamed=False)
@@ -125,6 +134,18 @@ def _responses_item(reply: Reply, item: dict[str, Any], streamed: bool) -> None:
         for part in item.get("summary") or item.get("content") or ():
             if isinstance(part, dict):
                 reply.reasoning.append(str(part.get("text") or ""))
+
+
+def _responses_finish(response: dict[str, Any]) -> str | None:
+    """A completed reply stopped by itself; an incomplete one says why (its token limit:
+    `max_output_tokens`)."""
+    status = response.get("status")
+    if status == "completed":
+        return STOP
+    if status == "incomplete":
+        details = response.get("incomplete_details")
+        return finish(details.get("reason") if isinstance(details, dict) else None) or status
+    return None
 
 
 def _responses_usage(usage: Any) -> Usage | None:
@@ -169,9 +190,11 @@ def _messages_event(reply: Reply, raw: bytes) -> bool:
         else:
             return False  # a signature, a citation: not output the model generated as tokens
         return True
-    elif kind == "message_delta" and isinstance(event.usage, dict) and reply.usage is not None:
-        output = event.usage.get("output_tokens")
-        if isinstance(output, int):
+    elif kind == "message_delta":
+        if isinstance(event.delta, dict):
+            reply.finish = finish(event.delta.get("stop_reason")) or reply.finish
+        output = event.usage.get("output_tokens") if isinstance(event.usage, dict) else None
+        if isinstance(output, int) and reply.usage is not None:
             reply.usage = msgspec.structs.replace(reply.usage, completion_tokens=output)
     return False
 
@@ -180,6 +203,7 @@ def _messages_body(reply: Reply, raw: bytes) -> None:
     body = _parse(raw)
     reply.completion = isinstance(body.content, list)
     reply.usage = _messages_usage(body.usage)
+    reply.finish = finish(body.stop_reason)
     for block in body.content or ():
         if not isinstance(block, dict):
             continue

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-VERSION = b"dagperf/7"  # 7: the routing key goes in several headers
+VERSION = b"dagperf/8"  # 8: a result cut short by the run says what was seen of it
 # The largest message each side accepts; libzmq drops a peer that sends more before a byte of it
 # is buffered, so no peer can make the other hold a huge frame. Credits carry whole prompts;
 # results are a few hundred bytes plus per-chunk timings.
@@ -95,8 +95,22 @@ class ErrorInfo(msgspec.Struct, frozen=True):
 CANCELLED = "RequestCancellationError"  # the type of a request the run itself cut short (499)
 
 
+class Cut(msgspec.Struct, array_like=True, frozen=True):
+    """What was seen of a request the run itself cut short (its duration's grace period, a
+    stop, an interrupt; or lost, with the worker that sent it): a censored observation, neither
+    a success nor the endpoint's error."""
+
+    waited_ms: float  # from the request's start to the cut
+    # when each output event came, in ms after the start; None: nothing is known of it (its
+    # worker never answered the cancel)
+    stamps_ms: tuple[float, ...] | None = ()
+
+
 class Result(msgspec.Struct, array_like=True, frozen=True):
-    """What happened to one credit; metric values are in the units of `metrics.catalog`."""
+    """What happened to one credit; metric values are in the units of `metrics.catalog`.
+
+    A request the run cut short carries `cut` (and, for AIPerf's readers, a 499
+    `RequestCancellationError` and `cancelled_ns`); `error` alone is the endpoint's failure."""
 
     credit: int
     start_ns: int
@@ -109,6 +123,13 @@ class Result(msgspec.Struct, array_like=True, frozen=True):
     started: tuple[int, ...] = ()  # the armed credits this one's success started
     backend: str | None = None  # which backend served it (see `backend_source`)
     backend_source: str | None = None  # "header:<name>", or "connection" (the peer address)
+    cut: Cut | None = None
+    finish_reason: str | None = None  # why the reply ended, in chat's words (length, stop, ...)
+
+    @property
+    def failed(self) -> bool:
+        """The endpoint's failure: an error that is not the run's own cut."""
+        return self.error is not None and self.cut is None
 
 
 class Results(msgspec.Struct, tag="results", frozen=True):

@@ -29,6 +29,7 @@ class _Choice(msgspec.Struct):
     delta: _Delta | None = None
     message: _Delta | None = None
     text: str | None = None
+    finish_reason: str | None = None
 
 
 class Usage(msgspec.Struct):
@@ -71,6 +72,21 @@ class MalformedResponse(Exception):
     pass
 
 
+LENGTH = "length"  # the reply ended at its token limit
+STOP = "stop"  # it ended by itself (an end of sequence, a stop sequence)
+# Each API's words for why a reply ended, in chat's: Messages' `stop_reason`, the reason a
+# Responses reply is `incomplete` (`incomplete_details.reason`).
+_FINISH = {
+    "max_tokens": LENGTH, "max_output_tokens": LENGTH, "end_turn": STOP, "stop_sequence": STOP,
+    "tool_use": "tool_calls", "refusal": "content_filter",
+}  # fmt: skip
+
+
+def finish(reason: Any) -> str | None:
+    """Why a reply ended, in chat's words (`length`, `stop`, `tool_calls`, ...)."""
+    return _FINISH.get(reason, reason) if isinstance(reason, str) and reason else None
+
+
 def decode(raw: bytes) -> _Body:
     try:
         body = _decode(raw)
@@ -98,6 +114,7 @@ class Reply:
         "cache_n",
         "completion",
         "content",
+        "finish",
         "reasoning",
         "tool_calls",
         "usage",
@@ -118,6 +135,7 @@ class Reply:
         self.usage: Usage | None = None
         self.cache_n: int | None = None  # llama.cpp's count of prompt tokens from its cache
         self.completion = False  # a choice or a usage block arrived: this is a completion
+        self.finish: str | None = None  # why it ended, in chat's words (`finish`)
 
     def add_chunk(self, raw: bytes) -> bool:
         """Fold in one stream chunk; True when it carried output (content or reasoning)."""
@@ -132,6 +150,7 @@ class Reply:
             self.cache_n = body.timings.cache_n
         output = False
         for choice in body.choices or ():
+            self.finish = finish(choice.finish_reason) or self.finish
             delta = choice.delta
             if delta is None:
                 if choice.text:
@@ -161,6 +180,7 @@ class Reply:
         if body.timings is not None:
             self.cache_n = body.timings.cache_n
         for choice in (body.choices or [])[:1]:
+            self.finish = finish(choice.finish_reason)
             message = choice.message
             if message is None:
                 self.content.append(choice.text or "")

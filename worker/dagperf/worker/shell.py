@@ -231,13 +231,13 @@ class Worker:
                 self._pool, raw, headers, settings.timeout_s, ex, settings.streaming, written,
                 settings.backend_headers,
             )  # fmt: skip
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the run cut it short: say what was seen of it
             now = time.time_ns()
-            began = ex.start_ns or now
-            message = f"Request was cancelled after {(now - began) / 1e9:.3f} seconds"
+            cut = _cut(ex, time.perf_counter_ns())
+            message = f"Request was cancelled after {cut.waited_ms / 1e3:.3f} seconds"
             error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
             metrics = error_metrics(prompt_text(messages), self._counter)
-            self._finish(credit, ex, metrics, error, cancelled_ns=now)
+            self._finish(credit, ex, metrics, error, cancelled_ns=now, cut=cut)
             return
         if ex.error is not None:
             self._finish(credit, ex, error_metrics(prompt_text(messages), self._counter), ex.error)
@@ -267,14 +267,16 @@ class Worker:
         cancelled_ns: int | None = None,
         token_source: str | None = None,
         started: tuple[int, ...] = (),
+        cut: protocol.Cut | None = None,
     ) -> None:
         self._tasks.pop(credit.id, None)
         self._armed.drop(credit.id)  # failed: they never start (after a success: none left)
         start = ex.start_ns or time.time_ns()
         end = ex.end_ns or time.time_ns()
+        finish = ex.reply.finish if error is None else None
         result = protocol.Result(
             credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source, started,
-            ex.backend, ex.backend_source,
+            ex.backend, ex.backend_source, cut, finish,
         )  # fmt: skip
         if self._armed.add_result(result):
             asyncio.get_running_loop().call_soon(self._flush)
@@ -292,3 +294,11 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _cut(ex: Exchange, now_perf: int) -> protocol.Cut:
+    """What was seen of a request cut short: how long it had waited, and when each output event
+    came (from its start: the first is its time to first token)."""
+    start = ex.start_perf or now_perf
+    stamps = tuple((stamp - start) / 1e6 for stamp in ex.output_perf)
+    return protocol.Cut((now_perf - start) / 1e6, stamps)
