@@ -20,6 +20,11 @@ class Raw(str):
     """Markup built here, inserted as is."""
 
 
+def counted(n: Any, noun: str) -> str:
+    """'1 session', '3 sessions', '? sessions' for a count the summary lacks."""
+    return f"{_cell(n)} {noun}" if n == 1 else f"{_cell(n)} {noun}s"
+
+
 def _cell(v: Any) -> str:
     if isinstance(v, Raw):
         return str(v)
@@ -285,10 +290,10 @@ def window(run: Run) -> str:
     requests, sessions = w.get("requests") or {}, w.get("sessions") or {}
     counts = (
         f"<p>{_cell(w.get('duration_s'))} s at the load's level: "
-        f"{_cell(requests.get('completed'))} requests completed, "
+        f"{counted(requests.get('completed'), 'request')} completed, "
         f"{_cell(requests.get('failed'))} failed, {_cell(requests.get('cut'))} cut short by "
         f"the run ({_cell(requests.get('cut_before_first_token'))} before a first token); "
-        f"{_cell(sessions.get('completed'))} sessions completed, {_cell(sessions.get('cut'))} "
+        f"{counted(sessions.get('completed'), 'session')} completed, {_cell(sessions.get('cut'))} "
         "cut. A cut request is a censored value: at least as long as it waited.</p>"
     )
     rows = [
