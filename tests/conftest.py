@@ -63,16 +63,22 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return output
 
 
+# Each group's tests share one xdist worker, so its session fixture starts once: one control
+# plane, one set of engines, one image check (tests/run.sh runs `-n 2 --dist loadgroup`).
+GROUPS = ("cluster", "engine", "image")
+
+
+def _group(item: pytest.Item) -> str | None:
+    return next((g for g in GROUPS if item.get_closest_marker(g) is not None), None)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The engine tests, then the cluster tests, last: the engines and the control plane then
-    run only while their tests do, not beside the rest of the suite (some of which measures
-    timing)."""
-    items.sort(
-        key=lambda item: (
-            item.get_closest_marker("cluster") is not None,
-            item.get_closest_marker("engine") is not None,
-        )
-    )
+    """The grouped tests first, the longest group first, so that under xdist the other worker
+    runs the single tests beside them instead of waiting for them at the end."""
+    for item in items:
+        if (group := _group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: GROUPS.index(g) if (g := _group(item)) else len(GROUPS))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -54,4 +54,5 @@ started=$SECONDS
 tests/engines/build.sh > /dev/null
 echo "llama-server ready in $((SECONDS - started)) s"
 
-python -m pytest -q "$@"
+# Two workers: most tests wait on the processes they start; each real stack stays on one.
+python -m pytest -q -n 2 --dist loadgroup "$@"
