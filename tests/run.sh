@@ -49,7 +49,7 @@ tests/image/build.sh "$DAGPERF_IMAGE_BUILT" | tail -2
 echo "image ready in $((SECONDS - started)) s"
 
 # The engine tests' llama-server, built from the llama.cpp that the llama-cpp-python sdist
-# vendors into ~/.cache/dagperf-engines once and reused (about 6 min cold on 2 cores).
+# vendors into ~/.cache/dagperf-engines once and reused (its cold build times: docs/testing.md).
 started=$SECONDS
 tests/engines/build.sh > /dev/null
 echo "llama-server ready in $((SECONDS - started)) s"

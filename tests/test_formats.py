@@ -122,14 +122,20 @@ def test_every_format_is_where_the_architecture_says_a_format_goes():
     assert places == [
         "worker/dagperf/dataset/formats/<type>.py",
         "worker/dagperf/dataset/formats/__init__.py",
-        "README.md",
+        "docs/formats.md",
     ]
     modules = {p.stem for p in FORMATS_DIR.glob("*.py") if p.stem != "__init__"}
     packages = {p.parent.name for p in FORMATS_DIR.glob("*/__init__.py")}
     assert modules | packages == set(FORMATS), "one module (or package) per format, each listed"
-    described = (ROOT / "README.md").read_text()
+    described = (ROOT / "docs" / "formats.md").read_text()
     undocumented = [t for t in FORMATS if not re.search(rf"--custom-dataset-type {t}\b", described)]
     assert undocumented == []
+    # and a row of its "At a glance" table: the type, one line of it, where an example is
+    glance = described.split("## At a glance", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| (.+?) \| (.+?) \|$", glance, flags=re.MULTILINE)
+    kinds = [kind for kind, _, _ in rows]
+    assert sorted(kinds) == sorted(FORMATS), "one row per format"
+    assert all(line.strip() and example.strip() for _, line, example in rows)
 
 
 def test_each_format_reads_the_run_options_its_entry_says_it_takes(tmp_path):

@@ -186,9 +186,9 @@ def images_named(node: Any) -> list[str]:
 def test_every_example_doc_and_default_names_the_one_image():
     """The chart's default image (image.repository, appVersion) is the one name: the version is
     the project's, the operator's own default and every manifest in examples/ are the same, and
-    the README and the Dockerfile build and push it under that name (the README's REGISTRY/
-    being the user's registry). tests/e2e/kind.sh and tests/image/build.sh read it from the
-    chart (their own tests check what they build)."""
+    the README, docs/kubernetes.md and the Dockerfile build and push it under that name (their
+    REGISTRY/ being the user's registry). tests/e2e/kind.sh and tests/image/build.sh read it from
+    the chart (their own tests check what they build)."""
     image = image_runtime.image_name()
     repository, tag = image.rsplit(":", 1)
     assert tag == PYPROJECT["project"]["version"] == dagperf.__version__
@@ -207,16 +207,21 @@ def test_every_example_doc_and_default_names_the_one_image():
     }
     assert named == {"examples/simulator.yaml": [image]}
 
-    readme = (ROOT / "README.md").read_text()
-    mentioned = re.findall(rf"[\w./-]*\b{re.escape(repository)}:\w[\w.-]*", readme)
-    assert mentioned and set(mentioned) <= {image, f"REGISTRY/{image}"}, mentioned
-    assert f"docker build -t REGISTRY/{image} ." in readme
-    assert f"--set image.repository=REGISTRY/{repository}" in readme  # its tag: appVersion
-    # the README's simulator step puts the pushed image in place of the example's
-    applied = re.search(
-        r'sed "s\|image: ([^|]*)\|image: ([^|]*)\|" examples/simulator.yaml', readme
-    )
-    assert applied and re.fullmatch(applied[1], f"{image}") and applied[2] == f"REGISTRY/{image}"
+    for page in ("README.md", "docs/kubernetes.md"):  # the steps, short and explained
+        text = (ROOT / page).read_text()
+        mentioned = re.findall(rf"[\w./-]*\b{re.escape(repository)}:\w[\w.-]*", text)
+        assert mentioned and set(mentioned) <= {image, f"REGISTRY/{image}"}, (page, mentioned)
+        assert f"docker build -t REGISTRY/{image} ." in text, page
+        assert f"--set image.repository=REGISTRY/{repository}" in text, page  # tag: appVersion
+        # the simulator step puts the pushed image in place of the example's
+        applied = re.search(
+            r'sed "s\|image: ([^|]*)\|image: ([^|]*)\|" examples/simulator.yaml', text
+        )
+        assert applied, page
+        assert re.fullmatch(applied[1], image) and applied[2] == f"REGISTRY/{image}", page
+    for page in sorted((ROOT / "docs").glob("*.md")):  # and no page names another
+        found = re.findall(rf"[\w./-]*\b{re.escape(repository)}:\w[\w.-]*", page.read_text())
+        assert set(found) <= {image, f"REGISTRY/{image}"}, (page.name, found)
     assert f"docker build -t {image} ." in DOCKERFILE.read_text()
 
 

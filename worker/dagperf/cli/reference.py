@@ -20,7 +20,8 @@ INTRO = """\
 Generated from the parser (`python -m dagperf.cli.reference > docs/cli.md`); a test keeps it
 current. `dagperf COMMAND --help` prints the same. Load flags are generated from the same model
 as the Benchmark's `spec.load` (the flag's name in camelCase); the exit codes are in the
-README.
+[README](../README.md#exit-codes). The flags by topic, with what they do together:
+[running.md](running.md).
 """
 
 
