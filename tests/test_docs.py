@@ -99,3 +99,13 @@ def test_the_readme_is_a_front_page():
     headings = re.findall(r"^## (.+)$", prose(text), flags=re.MULTILINE)
     assert headings[:2] == ["How it works", "Quick start"]
     assert "Exit codes" in headings
+
+
+def test_every_metric_has_its_row_in_the_metrics_page():
+    from dagperf.metrics import catalog
+
+    tables = (catalog.RECORD, catalog.AGGREGATE, catalog.GOODPUT, catalog.SESSION)
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", (ROOT / "docs/metrics.md").read_text(), re.M)
+    assert Counter(name for name, _ in rows) == Counter(n for table in tables for n in table)
+    for name, unit in rows:
+        assert next(t[name].unit for t in tables if name in t) == unit.strip(), name
