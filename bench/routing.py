@@ -12,11 +12,11 @@ import io
 import json
 import time
 
-from dagperf.config import LoadConfig
 from dagperf.dataset.formats.dag_jsonl import read_dag_jsonl
 from dagperf.engine import Dispatcher, Flight
 from dagperf.graph import compile_dag_jsonl
 from dagperf.transport import protocol
+from dagperf.vocabulary.config import LoadConfig
 
 
 def _graph(roots: int, forks: int):

@@ -20,8 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-from dagperf.keys import KeySet
 from dagperf.simulator import RunningSimulator, SimConfig, SimRecord, Simulator
+from dagperf.vocabulary.keys import KeySet
 
 from dagfile import encode
 

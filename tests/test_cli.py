@@ -101,7 +101,7 @@ def test_simulate_flags_come_from_the_config_model():
 def test_session_rate_is_the_request_rate_under_its_other_name():
     from dagperf.cli import build_parser
     from dagperf.cli.flags import model_from_flags
-    from dagperf.config import LoadConfig
+    from dagperf.vocabulary.config import LoadConfig
 
     parser = build_parser()
     by_session = parser.parse_args(["profile", "--session-rate", "2.5"])

@@ -1,5 +1,5 @@
-"""The scheduler-to-operator contract (dagperf.contract): what the scheduler writes is what the
-operator reads, it fits a termination message, and every field the operator copies into a
+"""The scheduler-to-operator contract (dagperf.vocabulary.contract): what the scheduler writes is
+what the operator reads, it fits a termination message, and every field the operator copies into a
 Benchmark's status is one the CRD keeps (a real API server prunes any other, silently)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import dataclasses
 import msgspec
 import yaml
 
-from dagperf.contract import (
+from dagperf.engine.branch_stats import BranchStats
+from dagperf.vocabulary.contract import (
     SUMMARY_LIMIT,
     FinalReport,
     MetricsSummary,
@@ -20,7 +21,6 @@ from dagperf.contract import (
     decode_final,
     decode_status,
 )
-from dagperf.engine.branch_stats import BranchStats
 from dagperf_operator import status as st
 
 from emulator import CRD_FILE

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from dagperf.cli import main
-from dagperf.config import EndpointConfig
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats.dag_jsonl import DagConversation, read_dag_jsonl
 from dagperf.dataset.formats.dag_jsonl.file_pass import FilePass
@@ -28,6 +27,7 @@ from dagperf.dataset.formats.dag_jsonl.lines import Interned, check_line, read_s
 from dagperf.dataset.limits import line_problem
 from dagperf.endpoints import request_params
 from dagperf.graph import compile_dag_jsonl
+from dagperf.vocabulary.config import EndpointConfig
 
 from dagfile import check_tree
 

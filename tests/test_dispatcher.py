@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from dagperf.config import LoadConfig
 from dagperf.engine import Dispatcher, Flight, Phase, Until
 from dagperf.graph import Payload, compile_dag_jsonl
 from dagperf.graph.sessions import GraphNode, SessionSpec, compile_sessions
+from dagperf.vocabulary.config import LoadConfig
 
 from dagfile import conv, load, stats, turn
 

@@ -102,7 +102,7 @@ def test_the_readme_is_a_front_page():
 
 
 def test_every_metric_has_its_row_in_the_metrics_page():
-    from dagperf.metrics import catalog
+    from dagperf.vocabulary import catalog
 
     tables = (catalog.RECORD, catalog.AGGREGATE, catalog.GOODPUT, catalog.SESSION)
     rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", (ROOT / "docs/metrics.md").read_text(), re.M)

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from dagperf.config import LoadConfig
 from dagperf.dataset.formats.dag_jsonl import read_dag_jsonl
 from dagperf.engine import Dispatcher
 from dagperf.engine.phase import Arrivals
 from dagperf.engine.timers import Timers
 from dagperf.graph import Payload, Tree, compile_dag_jsonl
 from dagperf.graph.sessions import GraphNode, SessionSpec, compile_sessions
+from dagperf.vocabulary.config import LoadConfig
 
 
 def test_timers_fire_in_due_order_ties_in_the_order_set_and_include_ones_set_while_firing():

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from dagperf.metrics.catalog import PERCENTILES
 from dagperf.simulator import running_simulator
+from dagperf.vocabulary.catalog import PERCENTILES
 
 from dagfile import conv, stats, turn, user
 from runs import RECORDING, profile

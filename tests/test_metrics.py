@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from dagperf.metrics import summary as summary_module
-from dagperf.metrics.catalog import PERCENTILES
 from dagperf.metrics.record import request_metrics
 from dagperf.metrics.summary import Distribution, PhaseSummary
-from dagperf.metrics.tokens import TokenCounter, TokenizerError, read_tokenizer
 from dagperf.transport.client import Exchange
 from dagperf.transport.protocol import ErrorInfo, Result
 from dagperf.transport.replies import Reply
+from dagperf.vocabulary.catalog import PERCENTILES
+from dagperf.vocabulary.tokens import TokenCounter, TokenizerError, read_tokenizer
 
 MS = 1_000_000
 

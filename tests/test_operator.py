@@ -14,8 +14,8 @@ import msgspec
 import pytest
 import yaml
 
-from dagperf.contract import FinalReport, MetricsSummary, Progress, RunState
-from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
+from dagperf.vocabulary.contract import FinalReport, MetricsSummary, Progress, RunState
+from dagperf.vocabulary.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf_operator.settings import OperatorSettings
 
 from dagfile import conv, encode, turn

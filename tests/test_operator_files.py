@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
-from dagperf.keys import KeySet
+from dagperf.vocabulary.keys import KeySet
 from dagperf_operator import manifests
 from dagperf_operator import status as st
 from dagperf_operator.crd import crd_yaml
@@ -317,8 +317,8 @@ def test_every_load_and_health_option_goes_from_a_benchmark_to_the_scheduler_s_f
     from dagperf.cli import build_parser
     from dagperf.cli.benchmark import report_options
     from dagperf.cli.flags import model_from_flags
-    from dagperf.config import LoadConfig
     from dagperf.health import HealthOptions
+    from dagperf.vocabulary.config import LoadConfig
     from dagperf_operator.spec import LOAD_NAMES
 
     assert set(LOAD_SAMPLES) == set(LoadConfig.model_fields), "a sample for every option"

@@ -85,6 +85,21 @@ def test_imports_keep_the_layers():
     assert "0 broken" in checked.stdout
 
 
+def test_the_vocabulary_imports_nothing_of_dagperf():
+    """The bottom tier every layer and the operator may read: a module of it that imported the
+    runtime would bring the runtime to the operator, and the layers into a cycle."""
+    import grimp
+
+    graph = grimp.build_graph("dagperf")
+    vocabulary = graph.find_descendants("dagperf.vocabulary")
+    assert "dagperf.vocabulary.contract" in vocabulary
+    reached = {
+        imported
+        for module in vocabulary
+        for imported in graph.find_modules_directly_imported_by(module)
+    }
+    assert reached <= vocabulary | {"dagperf"}, sorted(reached - vocabulary)
+
 def test_no_function_needs_a_scroll_bar():
     """At most 80 lines a function and 300 a class in worker/ and operator/."""
     import ast

@@ -17,7 +17,9 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
-from dagperf.keys import (
+from dagperf.simulator import running_simulator
+from dagperf.transport import protocol
+from dagperf.vocabulary.keys import (
     FILES,
     Gate,
     KeySet,
@@ -26,8 +28,6 @@ from dagperf.keys import (
     secure_client,
     secure_server,
 )
-from dagperf.simulator import running_simulator
-from dagperf.transport import protocol
 from dagperf.worker import Worker, WorkerConfig
 
 from dagfile import conv, encode, turn

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import msgspec
 
-from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.engine import Dispatcher
 from dagperf.graph import compile_dag_jsonl
 from dagperf.scheduler.outbox import Outbox
 from dagperf.scheduler.roster import Greeting, Roster
 from dagperf.transport import protocol
+from dagperf.vocabulary.config import EndpointConfig, LoadConfig
 
 from dagfile import conv, load, turn
 

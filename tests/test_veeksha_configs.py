@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dagperf.config import LoadConfig
 from dagperf.dataset import DatasetError
 from dagperf.sources import resolve_cancel, synthetic_graph
+from dagperf.vocabulary.config import LoadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

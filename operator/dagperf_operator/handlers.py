@@ -31,9 +31,9 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from dagperf.contract import RunState, StatusReport, decode_status
-from dagperf.keys import KeySet
-from dagperf.metrics.tokens import TokenCounter, TokenizerError
+from dagperf.vocabulary.contract import RunState, StatusReport, decode_status
+from dagperf.vocabulary.keys import KeySet
+from dagperf.vocabulary.tokens import TokenCounter, TokenizerError
 from dagperf_operator import manifests
 from dagperf_operator import status as st
 from dagperf_operator.crd import GROUP, PLURAL, VERSION

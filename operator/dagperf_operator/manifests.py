@@ -33,9 +33,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from dagperf.fetch import file_name
-from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf.sources import SESSION_CONFIG
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
+from dagperf.vocabulary.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec, Placement, health_options, load_config
 
@@ -122,7 +122,7 @@ KEYS_MOUNT = {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True}
 
 
 def keys_secret(name: str, files: dict[str, str]) -> dict[str, Any]:
-    """The run's key set (`dagperf.keys.KeySet.files()`), as a Secret."""
+    """The run's key set (`dagperf.vocabulary.keys.KeySet.files()`), as a Secret."""
     data = {key: base64.b64encode(value.encode()).decode() for key, value in files.items()}
     return {
         "apiVersion": "v1",

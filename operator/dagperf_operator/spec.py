@@ -22,13 +22,13 @@ from pydantic import (
 )  # fmt: skip
 from pydantic.alias_generators import to_camel
 
-from dagperf.config import MAX_SECONDS, LoadConfig, header_names
 from dagperf.dataset.formats import FORMATS
 from dagperf.health.report import HealthOptions
-from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 from dagperf.search.objectives import parse_objectives, unmeasurable
 from dagperf.sources import SESSION_CONFIG
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
+from dagperf.vocabulary.catalog import OBJECTIVE_IS_CEILING
+from dagperf.vocabulary.config import MAX_SECONDS, LoadConfig, header_names
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 CONDITION_TYPES = ("DatasetValid", "ResourcesCreated", "WorkersReady", "Completed", "SpecAccepted")

@@ -3,9 +3,9 @@
 Conditions keep the usual shape (type, status, reason, message, lastTransitionTime) and keep
 their transition time while their status stays the same. While the scheduler runs, its /status
 gives progress, workers and a metrics summary; when its pod ends, the termination message it
-wrote (its final report; both are typed in dagperf.contract) gives the final word, and the
-pod's own state (exit code, OOMKilled, a failed init container, an eviction) explains a failure
-the scheduler could not report itself.
+wrote (its final report; both are typed in dagperf.vocabulary.contract) gives the final word,
+and the pod's own state (exit code, OOMKilled, a failed init container, an eviction) explains a
+failure the scheduler could not report itself.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from dagperf.contract import FinalReport, RunState, StatusReport, decode_final
+from dagperf.vocabulary.contract import FinalReport, RunState, StatusReport, decode_final
 
 FIRST_ERRORS = 5  # dataset problems quoted in the DatasetValid condition
 

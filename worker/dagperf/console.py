@@ -14,7 +14,7 @@ import time
 from typing import Any, TextIO
 
 from dagperf.engine import Progress
-from dagperf.metrics.catalog import RECORD, SCALARS
+from dagperf.vocabulary.catalog import RECORD, SCALARS
 
 log = logging.getLogger("dagperf.progress")
 

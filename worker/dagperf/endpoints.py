@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dagperf.config import MESSAGES_MAX_TOKENS, EndpointConfig
 from dagperf.graph import Payload
+from dagperf.vocabulary.config import MESSAGES_MAX_TOKENS, EndpointConfig
 
 Message = dict[str, Any]
 # The body field that caps a reply's length, as each API names it (chat's newer name too).

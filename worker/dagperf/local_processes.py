@@ -30,8 +30,8 @@ from typing import Any
 
 import zmq
 
-from dagperf.keys import WORKER_FILES, KeySet, SchedulerKeys, load_scheduler_keys
 from dagperf.runtime import lifeline
+from dagperf.vocabulary.keys import WORKER_FILES, KeySet, SchedulerKeys, load_scheduler_keys
 
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0

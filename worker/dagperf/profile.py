@@ -24,12 +24,12 @@ from typing import Any
 
 import aiohttp
 
-from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.console import Console
 from dagperf.graph import RequestGraph
 from dagperf.local_processes import STARTUP_TIMEOUT_S, Launch, LaunchError, LocalProcesses
 from dagperf.runtime import loops
 from dagperf.scheduler import Artifacts, Outcome, Scheduler, SchedulerError, SchedulerOptions
+from dagperf.vocabulary.config import EndpointConfig, LoadConfig
 
 log = logging.getLogger(__name__)
 

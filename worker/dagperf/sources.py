@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from dagperf.config import LoadConfig
 from dagperf.dataset.formats import FORMATS, ReadOptions
 from dagperf.dataset.loader import DatasetError, Problem, load_file, parse_stream
 from dagperf.dataset.specs import TraceDataset
 from dagperf.graph import RequestGraph, SessionKind
+from dagperf.vocabulary.config import LoadConfig
 
 if TYPE_CHECKING:
     from dagperf.dataset.formats.dag_jsonl import DagDataset

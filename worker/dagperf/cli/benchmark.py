@@ -17,7 +17,6 @@ from pydantic import ValidationError
 
 from dagperf import verdict
 from dagperf.cli.flags import add_model_flags, log_flags
-from dagperf.config import AFFINITY_HEADERS, ENDPOINT_PATHS, EndpointConfig, LoadConfig
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats import FORMATS, ReadOptions
 from dagperf.fetch import FetchError, is_url, local_copy, shown
@@ -29,6 +28,7 @@ from dagperf.sources import (
     resolve_schedule,
     synthetic_graph,
 )
+from dagperf.vocabulary.config import AFFINITY_HEADERS, ENDPOINT_PATHS, EndpointConfig, LoadConfig
 
 FLAG_OF_FIELD = {"backend_headers": "backend_header"}  # a list field of a repeatable flag
 
@@ -189,8 +189,8 @@ def report_options(
 ) -> dict[str, Any]:
     """Scheduler settings from the metrics flags, checked before anything starts."""
     from dagperf.exports.server_metrics import ScrapeTargets
-    from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
-    from dagperf.metrics.tokens import TokenizerError, read_tokenizer
+    from dagperf.vocabulary.catalog import OBJECTIVE_IS_CEILING
+    from dagperf.vocabulary.tokens import TokenizerError, read_tokenizer
 
     tokenizer_json = None
     if args.tokenizer is not None:
@@ -291,7 +291,7 @@ def _read_options(
     seeded by --random-seed; sharegpt counts tokens with --tokenizer."""
     count_tokens = None
     if "count_tokens" in FORMATS[args.custom_dataset_type].takes and args.tokenizer is not None:
-        from dagperf.metrics.tokens import TokenCounter, TokenizerError, read_tokenizer
+        from dagperf.vocabulary.tokens import TokenCounter, TokenizerError, read_tokenizer
 
         try:
             count_tokens = TokenCounter(read_tokenizer(args.tokenizer)).count_all

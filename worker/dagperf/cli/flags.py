@@ -13,8 +13,8 @@ from typing import Any, TypeAlias
 from pydantic import BaseModel, ValidationError
 
 from dagperf.cli.usage import CommandParser
-from dagperf.keys import KEYS_ENV, KeysError
 from dagperf.runtime.logs import LOG_FORMATS
+from dagperf.vocabulary.keys import KEYS_ENV, KeysError
 
 ENV_DEFAULTS = {"fail_fast": "DAGPERF_DAG_FAIL_FAST"}  # flags whose default an env var sets
 # Flags that also answer to another name: a rate of roots is a session rate.

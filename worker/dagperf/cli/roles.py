@@ -40,11 +40,11 @@ from dagperf.cli.flags import (
     model_from_flags,
     role_keys,
 )
-from dagperf.config import EndpointConfig, LoadConfig, api_key_problem
 from dagperf.health import HealthOptions
-from dagperf.keys import load_scheduler_keys, load_worker_keys
 from dagperf.runtime.logs import setup_logging
 from dagperf.simulator import SimConfig
+from dagperf.vocabulary.config import EndpointConfig, LoadConfig, api_key_problem
+from dagperf.vocabulary.keys import load_scheduler_keys, load_worker_keys
 
 if TYPE_CHECKING:
     from dagperf.local_processes import Launch

@@ -15,9 +15,9 @@ from dagperf.cli.flags import Commands, add_model_flags, model_from_flags
 from dagperf.dataset.formats import FORMATS
 from dagperf.fetch import FetchError, save, shown
 from dagperf.health import HealthOptions, health_command
-from dagperf.keys import FILES, KeySet
 from dagperf.simulator import SimConfig
 from dagperf.sources import summary
+from dagperf.vocabulary.keys import FILES, KeySet
 
 
 def add_validate(commands: Commands) -> None:

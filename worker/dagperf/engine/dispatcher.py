@@ -45,7 +45,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Collection
 
-from dagperf.config import LoadConfig
 from dagperf.dataset.loader import DatasetError
 from dagperf.engine.flights import Flight, Flights, armed_in, armed_under, settle_armed
 from dagperf.engine.orders import Orders
@@ -64,6 +63,7 @@ from dagperf.engine.runs import NodeState, TreeRun
 from dagperf.engine.timers import Timers
 from dagperf.engine.window import Until, Window
 from dagperf.graph import RequestGraph
+from dagperf.vocabulary.config import LoadConfig
 
 _DUE, _ARRIVAL, _DURATION, _GRACE, _RAMP = range(5)
 

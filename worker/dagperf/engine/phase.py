@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
 
-from dagperf.config import LoadConfig
 from dagperf.engine.branch_stats import BranchStats
 from dagperf.engine.runs import Templates, TreeTemplate
 from dagperf.graph import RequestGraph, Tree
+from dagperf.vocabulary.config import LoadConfig
 
 
 class Phase(IntEnum):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dagperf.config import LoadConfig
+from dagperf.vocabulary.config import LoadConfig
 
 CHECK_EVERY_S = 0.5
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dagperf.exports.files import whole_or_nothing
-from dagperf.metrics.catalog import RECORD, SCALARS
+from dagperf.vocabulary.catalog import RECORD, SCALARS
 
 UNSTABLE_CV = 0.10
 SPREADS = ("_std", "_min", "_max")  # figures not judged for stability

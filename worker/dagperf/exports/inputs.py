@@ -11,10 +11,10 @@ from pathlib import Path
 
 import msgspec
 
-from dagperf.config import EndpointConfig
 from dagperf.endpoints import request_body, request_params
 from dagperf.exports.files import whole_or_nothing
 from dagperf.graph import RequestGraph
+from dagperf.vocabulary.config import EndpointConfig
 
 
 def write_inputs(path: Path, graph: RequestGraph, endpoint: EndpointConfig) -> None:

@@ -16,8 +16,8 @@ import msgspec
 from dagperf.endpoints import MAX_TOKENS_FIELDS
 from dagperf.engine import Flight
 from dagperf.graph import SessionKind
-from dagperf.metrics.catalog import UNITS
 from dagperf.transport.protocol import Cut, Result
+from dagperf.vocabulary.catalog import UNITS
 
 
 def record(

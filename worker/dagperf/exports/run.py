@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagperf.config import EndpointConfig
 from dagperf.dataset.loader import DatasetError
 from dagperf.engine import Flight, TreeRun
 from dagperf.exports.inputs import write_inputs
@@ -33,6 +32,7 @@ from dagperf.metrics.sessions import SessionMetrics
 from dagperf.metrics.summary import PhaseSummary
 from dagperf.metrics.window import WindowSample
 from dagperf.transport import protocol
+from dagperf.vocabulary.config import EndpointConfig
 
 
 @dataclass

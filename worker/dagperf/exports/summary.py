@@ -18,8 +18,8 @@ from typing import Any
 from dagperf import __version__
 from dagperf.exports.aiperf_config import aiperf_input_config
 from dagperf.exports.files import whole_or_nothing
-from dagperf.metrics.catalog import PERCENTILES, RECORD, SCALARS, SESSION
 from dagperf.metrics.summary import PhaseSummary
+from dagperf.vocabulary.catalog import PERCENTILES, RECORD, SCALARS, SESSION
 
 STAT_COLUMNS = ("avg", "min", "max", "sum", *(f"p{p}" for p in PERCENTILES), "std")
 

@@ -19,8 +19,8 @@ import msgspec
 
 from dagperf.exports.aiperf_config import aiperf_input_config
 from dagperf.exports.files import whole_or_nothing
-from dagperf.metrics.catalog import RECORD
 from dagperf.metrics.summary import Distribution
+from dagperf.vocabulary.catalog import RECORD
 
 STATS = ("avg", "min", "max", "p50", "p90", "p95", "p99")
 

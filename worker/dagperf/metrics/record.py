@@ -15,8 +15,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from dagperf.metrics.tokens import ESTIMATE, TOKENIZER, USAGE, TokenCounter
 from dagperf.transport.client import Exchange
+from dagperf.vocabulary.tokens import ESTIMATE, TOKENIZER, USAGE, TokenCounter
 
 
 def request_metrics(ex: Exchange, prompt: str, counter: TokenCounter) -> tuple[dict[str, Any], str]:

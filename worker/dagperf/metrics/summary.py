@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from dagperf.metrics.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 from dagperf.transport.protocol import ErrorInfo, Result
 from dagperf.verdict import describe_error
+from dagperf.vocabulary.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 
 EXACT_LIMIT = 65_536
 MAX_ERROR_KINDS = 100  # distinct error messages kept; messages can carry timings

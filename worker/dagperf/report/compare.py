@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from html import escape
 
-from dagperf.metrics.catalog import HIGHER_IS_BETTER, LOWER_IS_BETTER, RECORD, SCALARS, SESSION
 from dagperf.report.runs import Run
 from dagperf.report.tables import Raw, stat, table
+from dagperf.vocabulary.catalog import HIGHER_IS_BETTER, LOWER_IS_BETTER, RECORD, SCALARS, SESSION
 
 DISTRIBUTION_STATS = ("avg", "p50", "p90", "p99")
 COMPARED_RECORD = (

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from dagperf.metrics.catalog import RECORD
 from dagperf.report.runs import DRAWN_METRICS, Run
+from dagperf.vocabulary.catalog import RECORD
 
 Figure = dict[str, Any]
 

@@ -11,11 +11,11 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagperf.config import EndpointConfig
 from dagperf.endpoints import request_params
 from dagperf.engine import Dispatcher, Flight, TreeRun, armed_under
 from dagperf.graph import Payload
 from dagperf.transport import protocol
+from dagperf.vocabulary.config import EndpointConfig
 
 Frames = list[bytes]
 PARAMS_KEPT = 65_536

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dagperf.contract import FinalReport, RunState, StatusReport
 from dagperf.engine import Dispatcher
 from dagperf.engine.window import Window
 from dagperf.exports.run import RunOutput
 from dagperf.verdict import rejection, unmeasured
+from dagperf.vocabulary.contract import FinalReport, RunState, StatusReport
 
 log = logging.getLogger("dagperf.scheduler")
 

@@ -5,8 +5,9 @@ exit) is lost: its requests in flight become error records and the sessions it h
 a cancellation, results get `cancel_timeout_s` to come back before the requests still missing
 are recorded as cancelled by the scheduler itself, so a hung worker cannot hold a run open.
 
-Only workers holding the benchmark's worker key get through the CURVE handshake (`dagperf.keys`);
-a worker configured for another server than this run's is refused at Hello.
+Only workers holding the benchmark's worker key get through the CURVE handshake
+(`dagperf.vocabulary.keys`); a worker configured for another server than this run's is refused at
+Hello.
 """
 
 from __future__ import annotations
@@ -19,12 +20,9 @@ from collections.abc import Callable
 
 import zmq
 
-from dagperf.config import EndpointConfig, LoadConfig
-from dagperf.contract import RunState, StatusReport, Workers
 from dagperf.engine import Dispatcher, Flight, Phase, Progress, Until
 from dagperf.exports.run import Artifacts, RunOutput
 from dagperf.graph import RequestGraph
-from dagperf.keys import Gate, secure_server
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.window import WindowSample, sampled
 from dagperf.scheduler.deadline import DeadlineTimer
@@ -35,6 +33,9 @@ from dagperf.scheduler.roster import Greeting, Roster
 from dagperf.scheduler.status import StatusServer, status_report
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel, receive
+from dagperf.vocabulary.config import EndpointConfig, LoadConfig
+from dagperf.vocabulary.contract import RunState, StatusReport, Workers
+from dagperf.vocabulary.keys import Gate, secure_server
 
 log = logging.getLogger("dagperf.scheduler")
 

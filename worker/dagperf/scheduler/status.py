@@ -1,13 +1,13 @@
 """The scheduler's HTTP face: /metrics for Prometheus, /status and POST /stop for the operator,
 /healthz.
 
-It listens where Prometheus and the operator can reach it, so what changes state needs a
-credential: POST /stop takes the run's control token as a bearer token (`dagperf.keys`), and
-answers 401 without it. What only reads (/metrics, /status, /healthz) stays open for scrapers and
-probes; none of it holds a secret.
+It listens where Prometheus and the operator can reach it, so what changes state needs a credential:
+POST /stop takes the run's control token as a bearer token (`dagperf.vocabulary.keys`), and answers
+401 without it. What only reads (/metrics, /status, /healthz) stays open for scrapers and probes;
+none of it holds a secret.
 
-What /status and the `--summary-file` say is typed in `dagperf.contract`, which the operator
-reads with the same types.
+What /status and the `--summary-file` say is typed in `dagperf.vocabulary.contract`, which the
+operator reads with the same types.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from dagperf.contract import MetricsSummary, Progress, RunState, StatusReport, Workers
 from dagperf.engine import Dispatcher
 from dagperf.metrics.summary import PhaseSummary
+from dagperf.vocabulary.contract import MetricsSummary, Progress, RunState, StatusReport, Workers
 
 log = logging.getLogger("dagperf.scheduler")
 

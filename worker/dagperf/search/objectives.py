@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
+from dagperf.vocabulary.catalog import OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 
 STATS = ("avg", "min", "max", *(f"p{p}" for p in PERCENTILES))
 SESSION_METRICS = ("session_duration",)

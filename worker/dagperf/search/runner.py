@@ -15,16 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dagperf import verdict
-from dagperf.config import LoadConfig
 from dagperf.console import Console
-from dagperf.contract import (
-    FinalReport,
-    MetricsSummary,
-    Progress,
-    RunState,
-    SearchReport,
-    SearchStep,
-)  # fmt: skip
 from dagperf.exports.files import whole_or_nothing
 from dagperf.metrics.censored import CONFIDENCE
 from dagperf.profile import LocalPlan, run_local
@@ -32,6 +23,15 @@ from dagperf.search.objectives import Objective
 from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS, SearchPlan
 from dagperf.search.steps import step_line, step_record, table
 from dagperf.verdict import Verdict
+from dagperf.vocabulary.config import LoadConfig
+from dagperf.vocabulary.contract import (
+    FinalReport,
+    MetricsSummary,
+    Progress,
+    RunState,
+    SearchReport,
+    SearchStep,
+)  # fmt: skip
 
 MAX_RATE_WARMUP = 100
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dagperf.keys import WorkerKeys
+from dagperf.vocabulary.keys import WorkerKeys
 
 
 @dataclass(frozen=True, repr=False)

@@ -21,15 +21,15 @@ from typing import Any
 
 import msgspec
 
-from dagperf.config import ENDPOINT_PATHS
 from dagperf.endpoints import prompt_text, request_body
 from dagperf.metrics.record import error_metrics, request_metrics
-from dagperf.metrics.tokens import TokenCounter, TokenizerError
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel, receive
 from dagperf.transport.client import Exchange, exchange
 from dagperf.transport.dialects import reply_for
 from dagperf.transport.http1 import Pool
+from dagperf.vocabulary.config import ENDPOINT_PATHS
+from dagperf.vocabulary.tokens import TokenCounter, TokenizerError
 from dagperf.worker.armed import ArmedCredits
 from dagperf.worker.histories import Histories
 from dagperf.worker.options import WorkerConfig

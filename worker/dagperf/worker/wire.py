@@ -2,7 +2,7 @@
 
 Heartbeats go from a thread: a loop starting 100,000 FORK children at once would send them late,
 and the scheduler would count a busy worker as lost. The wire is CURVE-encrypted and
-authenticated both ways (`dagperf.keys`).
+authenticated both ways (`dagperf.vocabulary.keys`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import threading
 
 import zmq
 
-from dagperf.keys import secure_client
 from dagperf.transport import protocol
+from dagperf.vocabulary.keys import secure_client
 from dagperf.worker.options import WorkerConfig
 
 

@@ -169,7 +169,9 @@ class Gate:
     """
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], keys: SchedulerKeys) -> None:
-        self._auth = ThreadAuthenticator(context, log=logging.getLogger("dagperf.keys.zap"))
+        self._auth = ThreadAuthenticator(
+            context, log=logging.getLogger("dagperf.vocabulary.keys.zap")
+        )
         self._auth.start()
         self._auth.configure_curve_callback("dagperf", _Allowed(keys.worker_public))
 
