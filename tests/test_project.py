@@ -100,6 +100,7 @@ def test_the_vocabulary_imports_nothing_of_dagperf():
     }
     assert reached <= vocabulary | {"dagperf"}, sorted(reached - vocabulary)
 
+
 def test_no_function_needs_a_scroll_bar():
     """At most 80 lines a function and 300 a class in worker/ and operator/."""
     import ast
