@@ -22,6 +22,7 @@ from dagperf.apis import APIS
 from dagperf.apis.reply import ServerError
 from dagperf.cli import build_parser
 from dagperf.config import EndpointConfig
+from dagperf.dataset.specs import Payload
 from dagperf.simulator import SimConfig, running_simulator
 
 import llama_native
@@ -198,3 +199,31 @@ def test_a_reply_of_the_fifth_api_reads_its_error_and_its_end():
     with pytest.raises(ServerError, match="Loading model") as caught:
         failed.add_body(error)
     assert (caught.value.code, caught.value.kind) == (503, "unavailable_error")
+
+
+@pytest.mark.parametrize(
+    ("name", "sent"),
+    [
+        ("chat", {"max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}}),
+        (
+            "completions",
+            {"max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}},
+        ),
+        ("responses", {"max_output_tokens": 4, "stream": True}),
+        ("messages", {"max_tokens": 4, "stream": True}),
+        (llama_native.NAME, {"n_predict": 4, "stream": True}),
+    ],
+)
+def test_a_turn_s_cap_is_sent_and_recorded_as_its_api_names_it(fifth_api, name, sent):
+    api = APIS[name]
+    endpoint = EndpointConfig(url="127.0.0.1:8080", model="m", streaming=True, endpoint_type=name)
+    params = api.params(Payload.of([user()], max_tokens=4), endpoint)
+    assert params == {"model": "m", **sent}
+    assert api.max_tokens(params) == 4
+    assert api.max_tokens({"model": "m"}) is None
+
+
+def test_of_a_body_with_both_of_chat_s_caps_the_newer_counts_as_servers_read_it():
+    assert APIS["chat"].max_tokens({"max_tokens": 8, "max_completion_tokens": 3}) == 3
+    unsent = APIS["messages"].params(Payload.of([user()]), EndpointConfig(url="h", model="m"))
+    assert unsent["max_tokens"] == 4096  # the Messages API needs one; the turn set none

@@ -53,8 +53,9 @@ class Api:
     body: Callable[[Params, list[Message]], Body]  # the parameters and the conversation
     reply: Callable[[], Reply]  # an empty reply that reads this API's events and bodies
     simulated: Simulated
-    # The body fields that cap a reply's length: a turn's max_tokens is sent as the first; a
-    # body that carries any of them (a raw payload's) is recorded with it.
+    # The body fields that cap a reply's length: a turn's max_tokens is sent as the first; of
+    # a body that carries several (a raw payload's), the last listed wins, as servers read them
+    # (chat's max_completion_tokens over the older max_tokens).
     max_tokens_fields: tuple[str, ...] = ("max_tokens",)
     max_tokens_default: int | None = None  # sent when a turn sets none: the API needs one
     # OpenAI's: `stream` said either way, and usage asked for in a stream's last chunk (the
@@ -98,4 +99,5 @@ class Api:
 
     def max_tokens(self, params: Params) -> Any:
         """The cap a request's body carried, whatever this API calls it (None: none)."""
-        return next((params[k] for k in self.max_tokens_fields if k in params), None)
+        given = (params[k] for k in reversed(self.max_tokens_fields) if k in params)
+        return next(given, None)
