@@ -18,8 +18,8 @@ import msgspec
 
 from dagperf.apis.api import Api, Body, Params, Simulated
 from dagperf.apis.conversation import Message, prompt_text
-from dagperf.apis.reply import LENGTH, STOP, ErrorFields, MalformedResponse, Reply, Usage, finish
-from dagperf.apis.served import SAMPLING, BadRequest, Generation, Served
+from dagperf.apis.reply import LENGTH, STOP, ErrorFields, Reply, Usage, decoded, finish
+from dagperf.apis.served import SAMPLING, BadRequest, Served
 from dagperf.dataset.text import text_tokens
 
 NAME = "llama_native"
@@ -51,10 +51,7 @@ _decode = msgspec.json.Decoder(_Event).decode
 
 
 def _parse(raw: bytes) -> _Event:
-    try:
-        event = _decode(raw)
-    except msgspec.DecodeError as e:
-        raise MalformedResponse(f"not a llama.cpp completion: {e}: {raw[:200]!r}") from None
+    event = decoded(_decode, raw, "a llama.cpp completion")
     if event.failed():
         raise event.server_error()
     return event
@@ -100,12 +97,6 @@ def prompt(body: Body) -> list[str]:
 
 
 class LlamaServed(Served):
-    def __init__(self, generation: Generation, body: Body):
-        self.generation = generation
-
-    def text(self) -> str:
-        return "".join(self.generation.texts()[1])
-
     def chunks(self) -> list[bytes]:
         return [_data({"content": text, "stop": False}) for text in self.generation.texts()[1]]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from dagperf.apis.reply import ErrorFields, MalformedResponse, Reply, Usage, finish
+from dagperf.apis.reply import ErrorFields, Reply, Usage, decoded, finish
 from dagperf.apis.served import Generation, Served
 
 
@@ -53,10 +53,7 @@ _decode = msgspec.json.Decoder(_Body).decode
 
 
 def _parse(raw: bytes) -> _Body:
-    try:
-        body = _decode(raw)
-    except msgspec.DecodeError as e:
-        raise MalformedResponse(f"not an OpenAI response object: {e}: {raw[:200]!r}") from None
+    body = decoded(_decode, raw, "an OpenAI response object")
     if body.failed():
         raise body.server_error()
     return body
@@ -138,7 +135,7 @@ class ChoicesServed(Served):
     def __init__(
         self, generation: Generation, body: dict[str, Any], chat: bool, tool: str | None = None
     ):
-        self.generation = generation
+        super().__init__(generation, body)
         self.chat = chat
         self.tool = tool  # a function to call instead of answering in text
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{generation.number:x}"
@@ -170,7 +167,7 @@ class ChoicesServed(Served):
         return {"id": f"call-{self.id}", "type": "function", "function": function}
 
     def text(self) -> str:
-        return "" if self.tool is not None else "".join(self.generation.texts()[1])
+        return "" if self.tool is not None else super().text()
 
     def chunks(self) -> list[bytes]:
         prefix = self._prefix()

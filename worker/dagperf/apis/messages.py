@@ -24,9 +24,9 @@ from dagperf.apis.conversation import Message, message_text
 from dagperf.apis.reply import (
     LENGTH,
     STOP,
-    MalformedResponse,
     Reply,
     Usage,
+    decoded,
     event_error,
     finish,
 )
@@ -85,10 +85,7 @@ _decode = msgspec.json.Decoder(_Event).decode
 
 
 def _parse(raw: bytes) -> _Event:
-    try:
-        event = _decode(raw)
-    except msgspec.DecodeError as e:
-        raise MalformedResponse(f"not a response event: {e}: {raw[:200]!r}") from None
+    event = decoded(_decode, raw, "a response event")
     if event.type == "error" or event.error is not None:
         raise event_error(event.error)
     return event
@@ -196,11 +193,8 @@ class MessagesServed(Served):
     Messages event sequence (a thinking block, then a text block) and body."""
 
     def __init__(self, generation: Generation, body: Body):
-        self.generation = generation
+        super().__init__(generation, body)
         self.id = f"mess-{generation.number:x}"
-
-    def text(self) -> str:
-        return "".join(self.generation.texts()[1])
 
     def _stop_reason(self) -> str:
         return "max_tokens" if self.generation.finish == LENGTH else "end_turn"

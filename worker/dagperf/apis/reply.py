@@ -13,13 +13,14 @@ inside a stream or as the body of a failed response; `body_error` reads either, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 
 from dagperf.apis.conversation import Message, captured_reply
 
+T = TypeVar("T")
 LENGTH = "length"  # the reply ended at its token limit
 STOP = "stop"  # it ended by itself (an end of sequence, a stop sequence)
 
@@ -52,6 +53,15 @@ class ServerError(Exception):
 
 class MalformedResponse(Exception):
     pass
+
+
+def decoded(decode: Callable[[bytes], T], raw: bytes, what: str) -> T:
+    """`raw` as `decode` reads it (an API's msgspec decoder), or a MalformedResponse saying it
+    is not `what`."""
+    try:
+        return decode(raw)
+    except msgspec.DecodeError as e:
+        raise MalformedResponse(f"not {what}: {e}: {raw[:200]!r}") from None
 
 
 class ErrorFields(msgspec.Struct):

@@ -22,10 +22,10 @@ from dagperf.apis.conversation import Message, message_text
 from dagperf.apis.reply import (
     LENGTH,
     STOP,
-    MalformedResponse,
     Reply,
     ServerError,
     Usage,
+    decoded,
     event_error,
     finish,
 )
@@ -73,10 +73,7 @@ _decode = msgspec.json.Decoder(_Event).decode
 
 
 def _parse(raw: bytes) -> _Event:
-    try:
-        event = _decode(raw)
-    except msgspec.DecodeError as e:
-        raise MalformedResponse(f"not a response event: {e}: {raw[:200]!r}") from None
+    event = decoded(_decode, raw, "a response event")
     if event.type in ("error", "response.failed") or event.error is not None:
         raise _error(event)
     return event
@@ -211,11 +208,8 @@ class ResponsesServed(Served):
     is."""
 
     def __init__(self, generation: Generation, body: Body):
-        self.generation = generation
+        super().__init__(generation, body)
         self.id = f"resp-{generation.number:x}"
-
-    def text(self) -> str:
-        return "".join(self.generation.texts()[1])
 
     def _ended(self) -> str:
         return "incomplete" if self.generation.finish == LENGTH else "completed"

@@ -45,7 +45,10 @@ class Generation:
 
 
 class Served(ABC):
-    """One reply as its API writes it."""
+    """One reply as its API writes it, from what the model generated for a request's body."""
+
+    def __init__(self, generation: Generation, body: dict[str, Any]):
+        self.generation = generation
 
     @abstractmethod
     def chunks(self) -> list[bytes]:
@@ -59,9 +62,9 @@ class Served(ABC):
     def whole(self) -> dict[str, Any]:
         """The reply as one body, without streaming."""
 
-    @abstractmethod
     def text(self) -> str:
         """The content sent (none for a tool call), for the simulator's records."""
+        return "".join(self.generation.texts()[1])
 
     def tool_call(self) -> dict[str, Any] | None:
         """The tool call sent instead of text, in chat's shape."""
