@@ -12,6 +12,8 @@ with all the content. The key goes as a bearer token, as llama-server's `--api-k
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -23,6 +25,23 @@ from dagperf.apis.served import SAMPLING, BadRequest, Served
 from dagperf.dataset.text import text_tokens
 
 NAME = "llama_native"
+TESTS = Path(__file__).resolve().parent
+# The registration a new API's author writes in dagperf/apis/__init__.py, made in each process
+# of a run (the scheduler and the workers `dagperf profile` starts, `dagperf_operator.crd`) as
+# Python starts, from the site's customization module.
+REGISTRATION = f"""
+import dagperf.apis, llama_native
+dagperf.apis.APIS[{NAME!r}] = llama_native.API
+"""
+
+
+def registered_in(site: Path) -> dict[str, str]:
+    """The environment of processes that know this API: `site`, a new directory, gets the
+    registration."""
+    site.mkdir(parents=True)
+    (site / "sitecustomize.py").write_text(REGISTRATION)
+    path = [str(site), str(TESTS), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ) | {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
 def body(params: Params, messages: list[Message]) -> Body:

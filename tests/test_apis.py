@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import re
 import subprocess
 import sys
@@ -36,13 +35,6 @@ LINES = [
     conv("p", turn(messages=[user("plan the trip " * 20)], forks=["c"], max_tokens=4)),
     conv("c", turn(messages=[user("book it")])),
 ]
-# The registration a new API's author writes in dagperf/apis/__init__.py, made here in each
-# process of the run (the scheduler and workers `dagperf profile` starts, `dagperf_operator.crd`)
-# as Python starts, from the site's customization module.
-REGISTRATION = f"""
-import dagperf.apis, llama_native
-dagperf.apis.APIS[{llama_native.NAME!r}] = llama_native.API
-"""
 
 
 @pytest.fixture
@@ -50,11 +42,7 @@ def fifth_api(monkeypatch, tmp_path) -> dict[str, str]:
     """The fifth API registered here and in the processes started with the returned
     environment."""
     monkeypatch.setitem(APIS, llama_native.NAME, llama_native.API)
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(REGISTRATION)
-    path = [str(site), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
-    return dict(os.environ) | {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    return llama_native.registered_in(tmp_path / "site")
 
 
 async def test_a_fifth_api_is_sent_read_and_simulated_like_the_others(fifth_api, tmp_path):
