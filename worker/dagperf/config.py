@@ -7,17 +7,13 @@ API key redacted). Field names follow `aiperf profile`'s flags, which users alre
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-ENDPOINT_PATHS = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "responses": "/v1/responses",  # OpenAI's Responses API
-    "messages": "/v1/messages",  # Anthropic's Messages API
-}
+from dagperf.apis import APIS, described, unknown
+
 # The request headers that routers people run read as a session key (docs/backends.md has the
 # table): vLLM Router's consistent_hash (X-Session-ID, before the unique X-Request-ID it would
 # otherwise hash), SGLang Model Gateway's consistent_hash (X-SMG-Routing-Key), NVIDIA Dynamo's
@@ -28,7 +24,6 @@ AFFINITY_HEADERS = (
     "X-Dynamo-Session-ID",
     "X-Session-Affinity",
 )
-MESSAGES_MAX_TOKENS = 4096  # the Messages API needs a limit: a turn that sets none gets this
 MAX_RATE = 1e6  # roots per second: past any endpoint, and a rate the clock can still space
 MAX_SECONDS = 30 * 86_400.0  # durations and timeouts: a month; inf or 1e308 would hang a timer
 
@@ -140,10 +135,8 @@ class EndpointConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(description="Server base URL; a missing scheme means http://.")
-    endpoint_type: Literal["chat", "completions", "responses", "messages"] = Field(
-        default="chat",
-        description="The API to call: OpenAI chat or completions, OpenAI Responses, or "
-        "Anthropic Messages.",
+    endpoint_type: str = Field(
+        default="chat", description=f"The API to call (`dagperf.apis`): {described()}."
     )
     endpoint: str | None = Field(
         default=None, description="Request path, when not the standard one for the type."
@@ -172,6 +165,13 @@ class EndpointConfig(BaseModel):
         description="Response headers that name the backend (pod) that served a request, "
         "tried in order; without one, the address that answered names it.",
     )
+
+    @field_validator("endpoint_type")
+    @classmethod
+    def _known_api(cls, name: str) -> str:
+        if name not in APIS:  # the table, not a Literal: an API registered later counts too
+            raise ValueError(unknown(name))
+        return name
 
     @field_validator("backend_headers", "session_affinity_headers")
     @classmethod
@@ -208,7 +208,7 @@ class EndpointConfig(BaseModel):
 
     @property
     def request_url(self) -> str:
-        return self.url + (self.endpoint or ENDPOINT_PATHS[self.endpoint_type])
+        return self.url + (self.endpoint or APIS[self.endpoint_type].path)
 
     def redacted(self) -> dict[str, Any]:
         """For exports and logs: the API key never leaves the process."""

@@ -317,7 +317,9 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     async def go() -> int:
         if fields["model"] is None:
-            fields["model"] = await default_model(graph, fields["url"], fields["api_key"])
+            fields["model"] = await default_model(
+                graph, fields["url"], fields["api_key"], fields["endpoint_type"]
+            )
         endpoint = EndpointConfig(**fields)
         input_config = recorded_inputs(args, load, args.workers_expected, options)
         input_config["endpoint"] = endpoint.redacted()
