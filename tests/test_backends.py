@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dagperf.apis.endpoint_config import AFFINITY_HEADERS
 from dagperf.simulator import SimConfig, running_simulator
-from dagperf.vocabulary.config import AFFINITY_HEADERS
 
 from dagfile import fork_trees
 from emulator import ROOT

@@ -10,6 +10,7 @@ import json
 
 from prometheus_client import generate_latest
 
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.engine import Dispatcher
 from dagperf.exports.run import Artifacts, RunOutput
 from dagperf.exports.timeslices import timeslices
@@ -18,7 +19,7 @@ from dagperf.metrics.live import LiveMetrics
 from dagperf.scheduler.status import status_report
 from dagperf.transport.protocol import CANCELLED, Cut, ErrorInfo, Result
 from dagperf.verdict import rejection
-from dagperf.vocabulary.config import EndpointConfig, LoadConfig
+from dagperf.vocabulary.config import LoadConfig
 from dagperf.vocabulary.contract import RunState, Workers
 
 from dagfile import conv, load

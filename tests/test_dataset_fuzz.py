@@ -19,15 +19,15 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from dagperf.apis import APIS
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.cli import main
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats.dag_jsonl import DagConversation, read_dag_jsonl
 from dagperf.dataset.formats.dag_jsonl.file_pass import FilePass
 from dagperf.dataset.formats.dag_jsonl.lines import Interned, check_line, read_slowly
 from dagperf.dataset.limits import line_problem
-from dagperf.endpoints import request_params
 from dagperf.graph import compile_dag_jsonl
-from dagperf.vocabulary.config import EndpointConfig
 
 from dagfile import check_tree
 
@@ -69,7 +69,7 @@ def outcome(lines: list[bytes]) -> str:
     for tree in graph.trees:
         check_tree(tree)
         for node in tree.nodes:  # what the scheduler and the worker encode for the wire
-            msgspec.json.encode(request_params(node.payload, ENDPOINT))
+            msgspec.json.encode(APIS["chat"].params(node.payload, ENDPOINT))
             msgspec.json.encode(node.payload.messages)
     assert graph.root_count == len(dataset.roots) >= 1
     return "valid"

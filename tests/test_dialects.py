@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dagperf.transport.dialects import reply_for
-from dagperf.transport.replies import ServerError
+from dagperf.apis import APIS
+from dagperf.apis.reply import Reply, ServerError
 from dagperf.transport.sse import SSEParser
 
 
@@ -17,6 +17,10 @@ def sse(*events: tuple[str, dict]) -> bytes:
     return b"".join(
         f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
     )
+
+
+def reply_for(api: str) -> Reply:
+    return APIS[api].reply()
 
 
 def read(api: str, stream: bytes):

@@ -23,6 +23,9 @@ from typing import Any
 
 import pytest
 
+from dagperf.apis import APIS
+
+import llama_native
 from dagfile import conv, encode, turn, user
 from engine_stack import ENGINE_HEADER, Engines, Router
 from runs import Run, read_jsonl
@@ -59,7 +62,13 @@ def fork_workload(
     return lines
 
 
-def profile(url: str, directory: Path, lines: list[dict[str, Any]], *flags: str) -> Run:
+def profile(
+    url: str,
+    directory: Path,
+    lines: list[dict[str, Any]],
+    *flags: str,
+    env: dict[str, str] | None = None,
+) -> Run:
     """`dagperf profile` as a user runs it, one root tree at a time, EOS ignored."""
     directory.mkdir(parents=True, exist_ok=True)
     dataset = directory / "data.dag.jsonl"
@@ -68,7 +77,9 @@ def profile(url: str, directory: Path, lines: list[dict[str, Any]], *flags: str)
     command = [sys.executable, "-m", "dagperf", "profile", "--input-file", str(dataset)]
     command += ["--url", url, "--artifact-dir", str(artifacts), "--quiet", "--workers", "1"]
     command += ["--extra-inputs", "ignore_eos:true", *flags]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, env=env
+    )
     run = Run(done.returncode, done.stdout, done.stderr, artifacts)
     if (artifacts / "profile_export.jsonl").exists():
         run.records = read_jsonl(artifacts / "profile_export.jsonl")
@@ -212,13 +223,15 @@ def test_cached_tokens_equal_the_engines_own_counters(policy_run, policy: str):
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["whole", "streamed"])
-@pytest.mark.parametrize("endpoint", ["chat", "completions", "messages", "responses"])
+@pytest.mark.parametrize("endpoint", [*APIS, llama_native.NAME])
 def test_every_endpoint_over_fork_history_answers_exact_lengths(
     engines: Engines, tmp_path: Path, endpoint: str, streaming: bool
 ):
     """Every endpoint type, with FORK history, straight to llama-server: no errors, with
     ignore_eos every reply exactly max_tokens long, which the output-length check confirms, and
-    the cached prompt tokens dagperf read from the answers are the ones the engine counted."""
+    the cached prompt tokens dagperf read from the answers are the ones the engine counted.
+    The tests' own fifth API (llama.cpp's /completion, registered in the run's processes) too:
+    the registry's shape fits a real server's API that none of the others is."""
     rng = random.Random(f"{endpoint}-{streaming}")
     lines = []
     for t in range(2):
@@ -230,8 +243,9 @@ def test_every_endpoint_over_fork_history_answers_exact_lengths(
             for kid in kids
         ]
     flags = ["--endpoint-type", endpoint, *(["--streaming"] if streaming else [])]
+    env = llama_native.registered_in(tmp_path / "site") if endpoint not in APIS else None
     before = engines.counters(0)[CACHED]
-    run = profile(engines.urls[0], tmp_path, lines, *flags)
+    run = profile(engines.urls[0], tmp_path, lines, *flags, env=env)
     cached = engines.counters(0)[CACHED] - before
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.summary is not None and run.summary["error_request_count"]["avg"] == 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dagperf.apis.choices import ChoicesReply
 from dagperf.metrics import summary as summary_module
 from dagperf.metrics.record import request_metrics
 from dagperf.metrics.summary import Distribution, PhaseSummary
 from dagperf.transport.client import Exchange
 from dagperf.transport.protocol import ErrorInfo, Result
-from dagperf.transport.replies import Reply
 from dagperf.vocabulary.catalog import PERCENTILES
 from dagperf.vocabulary.tokens import TokenCounter, TokenizerError, read_tokenizer
 
@@ -21,7 +21,7 @@ def exchange(stamps_ms: list[float], end_ms: float, usage: bytes | None = None) 
     ex = Exchange(start_perf=0, end_perf=int(end_ms * MS), streamed=True)
     ex.output_perf = [int(t * MS) for t in stamps_ms]
     if usage:
-        ex.reply = Reply()
+        ex.reply = ChoicesReply()
         ex.reply.add_chunk(usage)
     return ex
 

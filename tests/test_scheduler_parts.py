@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import msgspec
 
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.engine import Dispatcher
 from dagperf.graph import compile_dag_jsonl
 from dagperf.scheduler.outbox import Outbox
 from dagperf.scheduler.roster import Greeting, Roster
 from dagperf.transport import protocol
-from dagperf.vocabulary.config import EndpointConfig, LoadConfig
+from dagperf.vocabulary.config import LoadConfig
 
 from dagfile import conv, load, turn
 

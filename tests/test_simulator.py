@@ -101,6 +101,7 @@ async def test_non_streaming_chat_and_completions():
         ({}, 16, "stop"),
         ({"max_tokens": 4}, 4, "length"),
         ({"max_completion_tokens": 3}, 3, "length"),
+        ({"max_tokens": 8, "max_completion_tokens": 3}, 3, "length"),  # the newer name wins
         ({"max_tokens": 100}, 16, "stop"),
         ({"max_tokens": 100, "ignore_eos": True}, 100, "length"),
         ({"max_tokens": 100, "min_tokens": 30}, 30, "stop"),

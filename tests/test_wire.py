@@ -12,11 +12,12 @@ import zmq.asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dagperf.endpoints import captured_reply, prompt_text
+from dagperf.apis.choices import ChoicesReply
+from dagperf.apis.conversation import captured_reply, prompt_text
+from dagperf.apis.reply import MalformedResponse, ServerError
 from dagperf.engine.routing import RendezvousRouter
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel
-from dagperf.transport.replies import MalformedResponse, Reply, ServerError
 from dagperf.transport.sse import Event, SSEParser
 
 STREAM = (
@@ -61,7 +62,7 @@ def test_sse_lone_cr_line_endings_and_an_unterminated_last_event():
 
 
 def test_reply_from_stream_chunks_with_reasoning_tool_calls_and_usage():
-    reply = Reply()
+    reply = ChoicesReply()
     chunks = [
         b'{"choices":[{"delta":{"reasoning_content":"think "}}]}',
         b'{"choices":[{"delta":{"reasoning":"more"}}]}',
@@ -91,12 +92,12 @@ def test_reply_from_stream_chunks_with_reasoning_tool_calls_and_usage():
 
 
 def test_reply_from_a_whole_body():
-    reply = Reply()
+    reply = ChoicesReply()
     reply.add_body(
         b'{"choices":[{"message":{"role":"assistant","content":"","reasoning_content":"why"}}]}'
     )
     assert reply.message() == {"role": "assistant", "content": "why"}  # reasoning stands in
-    completion = Reply()
+    completion = ChoicesReply()
     completion.add_body(b'{"choices":[{"text":"done"}],"usage":{"completion_tokens":1}}')
     assert completion.text == "done" and completion.usage_counts() == {"usage_completion_tokens": 1}
 
@@ -121,7 +122,7 @@ def test_reply_from_a_whole_body():
 )
 def test_server_errors_in_either_shape(raw, code, kind, message):
     with pytest.raises(ServerError) as caught:
-        Reply().add_chunk(raw)
+        ChoicesReply().add_chunk(raw)
     assert (caught.value.code, caught.value.kind, str(caught.value)) == (code, kind, message)
 
 
@@ -130,7 +131,7 @@ def test_server_errors_in_either_shape(raw, code, kind, message):
 )
 def test_malformed_chunks(raw):
     with pytest.raises(MalformedResponse):
-        Reply().add_chunk(raw)
+        ChoicesReply().add_chunk(raw)
 
 
 def test_captured_reply_rules():

@@ -19,9 +19,10 @@ from pydantic import (
     create_model,
     field_validator,
     model_validator,
-)  # fmt: skip
+)
 from pydantic.alias_generators import to_camel
 
+from dagperf.apis import APIS, described
 from dagperf.dataset.formats import FORMATS
 from dagperf.health.report import HealthOptions
 from dagperf.search.objectives import parse_objectives, unmeasurable
@@ -37,8 +38,10 @@ Quantity = int | str  # a Kubernetes resource quantity: 2, "500m", "1Gi"
 DATASET_TYPES = (*FORMATS, SESSION_CONFIG)  # every format the CLI reads, or a session config
 if TYPE_CHECKING:
     DatasetType = str
-else:  # the CRD's enum, from the table of formats
+    EndpointType = str
+else:  # the CRD's enums, from the tables of formats and of APIs
     DatasetType = Literal[DATASET_TYPES]
+    EndpointType = Literal[tuple(APIS)]
 
 
 class _Model(BaseModel):
@@ -60,11 +63,7 @@ class Endpoint(_Model):
         default=None,
         description="Model for turns that name none (default: the first the server lists).",
     )
-    type: Literal["chat", "completions", "responses", "messages"] = Field(
-        default="chat",
-        description="The API to call: OpenAI chat or completions, OpenAI Responses, or "
-        "Anthropic Messages.",
-    )
+    type: EndpointType = Field(default="chat", description=f"The API to call: {described()}.")
     streaming: bool = Field(
         default=True, description="Stream responses; time to first token needs it."
     )
@@ -223,10 +222,13 @@ class Verdict(_Model):
     """When the run counts as failed, and which requests count as good."""
 
     max_error_rate: float = Field(
-        default=DEFAULT_MAX_ERROR_RATE, ge=0, le=1, description="Fail the run when the endpoint "
-        "failed more than this share of the requests it answered or failed (--max-error-rate; "
-        "requests the run cut short are not errors); it fails anyway when every request did.",
-    )  # fmt: skip
+        default=DEFAULT_MAX_ERROR_RATE,
+        ge=0,
+        le=1,
+        description="Fail the run when the endpoint failed more than this share of the requests "
+        "it answered or failed (--max-error-rate; requests the run cut short are not errors); it "
+        "fails anyway when every request did.",
+    )
     goodput: dict[str, float] = Field(
         default_factory=dict,
         description="Objectives a good request meets, metric: value in ms (a floor for "
@@ -238,8 +240,9 @@ class Verdict(_Model):
         unknown = sorted(set(self.goodput) - set(OBJECTIVE_IS_CEILING))
         if unknown:
             known = ", ".join(OBJECTIVE_IS_CEILING)
-            raise ValueError(f"goodput: {', '.join(unknown)} is not a metric an objective can "
-                             f"name ({known})")  # fmt: skip
+            raise ValueError(
+                f"goodput: {', '.join(unknown)} is not a metric an objective can name ({known})"
+            )
         return self
 
 
@@ -257,21 +260,28 @@ class Search(_Model):
     min: float = Field(default=1.0, gt=0, description="The lowest load, tried first.")
     max: float = Field(default=256.0, gt=0, description="The highest load tried.")
     precision: float | None = Field(
-        default=None, gt=0, description="Stop within this of the answer: a share for a rate "
-        "(default 0.05), a step for a concurrency (default 1).",
-    )  # fmt: skip
+        default=None,
+        gt=0,
+        description="Stop within this of the answer: a share for a rate (default 0.05), a step "
+        "for a concurrency (default 1).",
+    )
     sweep: list[float] | None = Field(
         default=None, min_length=1, description="Exactly these loads, in order, instead."
     )
     max_step_duration: float | None = Field(
-        default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description="The longest a step measures, in seconds (--max-step-duration, default "
         "600): each runs until every objective is met or missed, or says undecided.",
-    )  # fmt: skip
+    )
     confidence: float | None = Field(
-        default=None, gt=0, lt=1, description="Of a percentile objective's verdict "
-        "(--confidence-level, default 0.95).",
-    )  # fmt: skip
+        default=None,
+        gt=0,
+        lt=1,
+        description="Of a percentile objective's verdict (--confidence-level, default 0.95).",
+    )
 
     @model_validator(mode="after")
     def _as_the_cli_takes_it(self) -> Search:

@@ -24,12 +24,14 @@ from typing import Any
 
 import aiohttp
 
+from dagperf.apis import APIS
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.console import Console
 from dagperf.graph import RequestGraph
 from dagperf.local_processes import STARTUP_TIMEOUT_S, Launch, LaunchError, LocalProcesses
 from dagperf.runtime import loops
 from dagperf.scheduler import Artifacts, Outcome, Scheduler, SchedulerError, SchedulerOptions
-from dagperf.vocabulary.config import EndpointConfig, LoadConfig
+from dagperf.vocabulary.config import LoadConfig
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,10 @@ async def run_local(
         endpoint_fields = dict(plan.endpoint) | {"url": await processes.serving()}
         if endpoint_fields.get("model") is None:
             endpoint_fields["model"] = await default_model(
-                plan.graph, endpoint_fields["url"], endpoint_fields.get("api_key")
+                plan.graph,
+                endpoint_fields["url"],
+                endpoint_fields.get("api_key"),
+                endpoint_fields.get("endpoint_type", "chat"),
             )
         endpoint = EndpointConfig(**endpoint_fields)
         plan.input_config["endpoint"] = endpoint.redacted()
@@ -93,19 +98,22 @@ async def run_local(
         return outcome
 
 
-async def default_model(graph: RequestGraph, url: str, api_key: str | None = None) -> str:
+async def default_model(
+    graph: RequestGraph, url: str, api_key: str | None = None, endpoint_type: str = "chat"
+) -> str:
     """The model for turns that name none, when --model is not given: the first model the
     server lists. When every turn names its model, none is needed and the server is not asked."""
     named = graph.shape.models
     if None not in named:
         return sorted(m for m in named if m is not None)[0]
-    return await discover_model(url, api_key)
+    return await discover_model(url, api_key, endpoint_type)
 
 
-async def discover_model(url: str, api_key: str | None = None) -> str:
-    """The first model the server lists."""
+async def discover_model(url: str, api_key: str | None = None, endpoint_type: str = "chat") -> str:
+    """The first model the server lists (OpenAI's and Anthropic's lists alike), asked with the
+    key as the endpoint's API sends it."""
     base = EndpointConfig(url=url, model="-").url
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = APIS[endpoint_type].request_headers(api_key)
     timeout = aiohttp.ClientTimeout(total=10)
     try:
         async with (

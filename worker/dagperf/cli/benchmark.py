@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from dagperf import verdict
+from dagperf.apis import APIS, described
+from dagperf.apis.endpoint_config import AFFINITY_HEADERS, EndpointConfig
 from dagperf.cli.flags import add_model_flags, log_flags
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats import FORMATS, ReadOptions
@@ -28,7 +30,7 @@ from dagperf.sources import (
     resolve_schedule,
     synthetic_graph,
 )
-from dagperf.vocabulary.config import AFFINITY_HEADERS, ENDPOINT_PATHS, EndpointConfig, LoadConfig
+from dagperf.vocabulary.config import LoadConfig
 
 FLAG_OF_FIELD = {"backend_headers": "backend_header"}  # a list field of a repeatable flag
 
@@ -78,10 +80,11 @@ def _endpoint_flags(parser: argparse.ArgumentParser, url_required: bool) -> None
     )
     group.add_argument("-m", "--model", help="model name (default: the first one the server lists)")
     group.add_argument(
-        "--endpoint-type", choices=tuple(ENDPOINT_PATHS), default="chat",
-        help="chat or completions (OpenAI), responses (OpenAI Responses), messages (Anthropic "
-        "Messages; the key goes in x-api-key) (default: %(default)s)",
-    )  # fmt: skip
+        "--endpoint-type",
+        choices=tuple(APIS),
+        default="chat",
+        help=f"the API to call: {described()} (default: %(default)s)",
+    )
     group.add_argument("--endpoint", help="request path, if not the standard one for the type")
     group.add_argument("--streaming", action="store_true", help="stream responses")
     group.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY)")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from dagperf import verdict
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.cli.benchmark import (
     artifact_dir_for,
     benchmark_flags,
@@ -43,7 +44,7 @@ from dagperf.cli.flags import (
 from dagperf.health import HealthOptions
 from dagperf.runtime.logs import setup_logging
 from dagperf.simulator import SimConfig
-from dagperf.vocabulary.config import EndpointConfig, LoadConfig, api_key_problem
+from dagperf.vocabulary.config import LoadConfig, api_key_problem
 from dagperf.vocabulary.keys import load_scheduler_keys, load_worker_keys
 
 if TYPE_CHECKING:
@@ -317,7 +318,9 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     async def go() -> int:
         if fields["model"] is None:
-            fields["model"] = await default_model(graph, fields["url"], fields["api_key"])
+            fields["model"] = await default_model(
+                graph, fields["url"], fields["api_key"], fields["endpoint_type"]
+            )
         endpoint = EndpointConfig(**fields)
         input_config = recorded_inputs(args, load, args.workers_expected, options)
         input_config["endpoint"] = endpoint.redacted()

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import msgspec
 
-from dagperf.endpoints import request_body, request_params
+from dagperf.apis import APIS
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.exports.files import whole_or_nothing
 from dagperf.graph import RequestGraph
-from dagperf.vocabulary.config import EndpointConfig
 
 
 def write_inputs(path: Path, graph: RequestGraph, endpoint: EndpointConfig) -> None:
     encode = msgspec.json.Encoder().encode
+    api = APIS[endpoint.endpoint_type]
     seen: set[str] = set()
     with whole_or_nothing(path, "wb") as f:
         f.write(b'{"data": [')
@@ -28,11 +29,7 @@ def write_inputs(path: Path, graph: RequestGraph, endpoint: EndpointConfig) -> N
                     continue
                 nodes = tree.nodes[session.first_node : session.last_node + 1]
                 payloads = [
-                    request_body(
-                        endpoint.endpoint_type,
-                        request_params(node.payload, endpoint),
-                        node.payload.messages,
-                    )
+                    api.body(api.params(node.payload, endpoint), node.payload.messages)
                     for node in nodes
                 ]
                 f.write(b",\n" if seen else b"\n")

@@ -13,7 +13,6 @@ from typing import Any
 
 import msgspec
 
-from dagperf.endpoints import MAX_TOKENS_FIELDS
 from dagperf.engine import Flight
 from dagperf.graph import SessionKind
 from dagperf.transport.protocol import Cut, Result
@@ -21,9 +20,14 @@ from dagperf.vocabulary.catalog import UNITS
 
 
 def record(
-    flight: Flight, result: Result, issued_ns: int, params: dict[str, Any]
+    flight: Flight,
+    result: Result,
+    issued_ns: int,
+    params: dict[str, Any],
+    max_tokens: Any,
 ) -> dict[str, Any]:
-    """One line; `params` are the body fields the request was sent with."""
+    """One line; `params` are the body fields the request was sent with, `max_tokens` the cap
+    on the reply's length among them, whatever its API calls it (`Api.max_tokens`)."""
     run = flight.run
     tree = run.tree
     node = tree.nodes[flight.node]
@@ -61,7 +65,7 @@ def record(
         # How many records will name this one: the health check forgets it after the last.
         "dependents": len(node.dependents),
         # What the health check compares the output length with, whatever the API calls it.
-        "max_tokens": next((params[k] for k in MAX_TOKENS_FIELDS if k in params), None),
+        "max_tokens": max_tokens,
         "ignore_eos": bool(params.get("ignore_eos")),
         # Why the reply ended, in chat's words ("length": at max_tokens; "stop": by itself).
         "finish_reason": result.finish_reason,

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dagperf.apis import APIS
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.dataset.loader import DatasetError
 from dagperf.engine import Flight, TreeRun
 from dagperf.exports.inputs import write_inputs
@@ -32,7 +34,6 @@ from dagperf.metrics.sessions import SessionMetrics
 from dagperf.metrics.summary import PhaseSummary
 from dagperf.metrics.window import WindowSample
 from dagperf.transport import protocol
-from dagperf.vocabulary.config import EndpointConfig
 
 
 @dataclass
@@ -88,6 +89,7 @@ class RunOutput:
         self.live = live
         self._records: RecordWriter | None = None
         self._inputs: tuple[RequestGraph, EndpointConfig] | None = None
+        self._api = APIS["chat"]  # the run's, from `open`
         self._inputs_error: str | None = None
         self._session_lines: RecordWriter | None = None
 
@@ -96,6 +98,7 @@ class RunOutput:
         `close`: a large dataset's would otherwise hold back the first request."""
         self.artifacts.directory.mkdir(parents=True, exist_ok=True)
         self._inputs = (graph, endpoint)
+        self._api = APIS[endpoint.endpoint_type]
         self._records = RecordWriter(self.artifacts.records)
         self._session_lines = RecordWriter(self.artifacts.sessions)
         if self._scrape is not None:  # in the run's event loop, until `close`
@@ -118,7 +121,8 @@ class RunOutput:
         self.fork_reuse.add(flight, result)
         if self.live is not None:
             self.live.observe(flight, result)
-        self._records.write(record(flight, result, issued, params))
+        cap = self._api.max_tokens(params)
+        self._records.write(record(flight, result, issued, params, cap))
 
     def decided(self, in_flight: int, open_runs: int) -> bool:
         """Whether the window decides every objective, whatever the requests in flight and

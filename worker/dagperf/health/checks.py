@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from dagperf.apis.reply import LENGTH, STOP
 from dagperf.health.report import (
     ARRIVAL,
     CONCURRENCY,
@@ -45,7 +46,6 @@ from dagperf.health.report import (
 )
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import CANCELLED
-from dagperf.transport.replies import LENGTH, STOP
 from dagperf.verdict import describe_error, rejection, unmeasured
 
 WORST = 5  # offenders listed per check

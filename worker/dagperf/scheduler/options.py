@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.exports.server_metrics import ScrapeTargets
 from dagperf.metrics.censored import CONFIDENCE, Objective
 from dagperf.transport import protocol
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
-from dagperf.vocabulary.config import EndpointConfig
 from dagperf.vocabulary.keys import SchedulerKeys
 
 

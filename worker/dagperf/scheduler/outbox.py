@@ -11,11 +11,11 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagperf.endpoints import request_params
+from dagperf.apis import APIS
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.engine import Dispatcher, Flight, TreeRun, armed_under
 from dagperf.graph import Payload
 from dagperf.transport import protocol
-from dagperf.vocabulary.config import EndpointConfig
 
 Frames = list[bytes]
 PARAMS_KEPT = 65_536
@@ -36,6 +36,7 @@ class Mail:
 class Outbox:
     def __init__(self, endpoint: EndpointConfig):
         self._endpoint = endpoint
+        self._api = APIS[endpoint.endpoint_type]
         self._params: dict[int, dict[str, Any]] = {}
         self._issued: dict[int, int] = {}
 
@@ -84,7 +85,7 @@ class Outbox:
         if params is None:
             if len(self._params) >= PARAMS_KEPT:
                 self._params.clear()
-            params = self._params[id(payload)] = request_params(payload, self._endpoint)
+            params = self._params[id(payload)] = self._api.params(payload, self._endpoint)
         return params
 
     def _credit(self, flight: Flight) -> protocol.Credit:

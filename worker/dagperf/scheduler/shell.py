@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import zmq
 
+from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.engine import Dispatcher, Flight, Phase, Progress, Until
 from dagperf.exports.run import Artifacts, RunOutput
 from dagperf.graph import RequestGraph
@@ -33,7 +34,7 @@ from dagperf.scheduler.roster import Greeting, Roster
 from dagperf.scheduler.status import StatusServer, status_report
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel, receive
-from dagperf.vocabulary.config import EndpointConfig, LoadConfig
+from dagperf.vocabulary.config import LoadConfig
 from dagperf.vocabulary.contract import RunState, StatusReport, Workers
 from dagperf.vocabulary.keys import Gate, secure_server
 

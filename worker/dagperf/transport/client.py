@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dagperf.apis.choices import ChoicesReply
+from dagperf.apis.reply import MalformedResponse, Reply, ServerError, body_error
 from dagperf.transport.http1 import HTTPError, Pool, Response
 from dagperf.transport.protocol import ErrorInfo
-from dagperf.transport.replies import MalformedResponse, Reply, ServerError, decode
 from dagperf.transport.sse import SSEParser
 
 _DONE = b"[DONE]"
@@ -38,7 +39,7 @@ class Exchange:
     end_ns: int = 0
     end_perf: int = 0
     output_perf: list[int] = field(default_factory=list)  # each output-bearing event
-    reply: Reply = field(default_factory=Reply)
+    reply: Reply = field(default_factory=ChoicesReply)  # read as its API's (OpenAI's shape here)
     streamed: bool = False
     error: ErrorInfo | None = None
     backend: str | None = None  # which backend answered, and how that is known:
@@ -150,21 +151,11 @@ def _not_a_completion(kind: str, message: str, body: bytes) -> ErrorInfo:
 
 
 def _event_error(data: bytes) -> ServerError:
-    try:
-        decode(data)
-    except ServerError as e:
-        return e
-    except MalformedResponse:
-        pass
-    return ServerError(None, "StreamError", data.decode("utf-8", "replace")[:500])
+    error = body_error(data)
+    return error or ServerError(None, "StreamError", data.decode("utf-8", "replace")[:500])
 
 
 def _http_error(status: int, reason: str | None, raw: bytes) -> ErrorInfo:
-    try:
-        decode(raw)
-        message = raw.decode("utf-8", "replace")[:500]
-    except ServerError as e:
-        message = str(e)
-    except MalformedResponse:
-        message = raw.decode("utf-8", "replace")[:500]
+    error = body_error(raw)
+    message = str(error) if error is not None else raw.decode("utf-8", "replace")[:500]
     return ErrorInfo(status, reason or "HTTPError", message or reason or f"HTTP {status}")

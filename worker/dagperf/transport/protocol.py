@@ -31,7 +31,7 @@ class WorkerSettings(msgspec.Struct, frozen=True):
     """How to send requests. Where to send them, and with which API key, a worker takes from
     its own configuration, never from the scheduler."""
 
-    endpoint_type: str  # "chat" or "completions"
+    endpoint_type: str  # the API to speak: a name in `dagperf.apis.APIS`
     streaming: bool
     timeout_s: float
     affinity_headers: tuple[str, ...]  # each carries the routing key; none: send no key

@@ -1,34 +1,16 @@
-"""What a run is asked to do: the endpoint to load and the load to put on it.
+"""What a run is asked to do to its endpoint: the load, when it stops, and the checks every way
+in shares (header names, a sendable API key).
 
-One definition for every way in: the `dagperf profile` and `dagperf scheduler` flags fill these
-models, the operator will fill them from a Benchmark spec, and the exports record them (with the
-API key redacted). Field names follow `aiperf profile`'s flags, which users already know.
+One definition for every way in: the `dagperf profile` and `dagperf scheduler` flags fill
+`LoadConfig`, the operator fills it from a Benchmark's `spec.load`, and the exports record it.
+Field names follow `aiperf profile`'s flags, which users already know. The endpoint itself is
+`dagperf.apis.endpoint_config.EndpointConfig`: its type is one of the APIs' table.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-
-ENDPOINT_PATHS = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "responses": "/v1/responses",  # OpenAI's Responses API
-    "messages": "/v1/messages",  # Anthropic's Messages API
-}
-# The request headers that routers people run read as a session key (docs/backends.md has the
-# table): vLLM Router's consistent_hash (X-Session-ID, before the unique X-Request-ID it would
-# otherwise hash), SGLang Model Gateway's consistent_hash (X-SMG-Routing-Key), NVIDIA Dynamo's
-# session affinity (X-Dynamo-Session-ID), and dagperf's own name, which its simulator reads.
-AFFINITY_HEADERS = (
-    "X-Session-ID",
-    "X-SMG-Routing-Key",
-    "X-Dynamo-Session-ID",
-    "X-Session-Affinity",
-)
-MESSAGES_MAX_TOKENS = 4096  # the Messages API needs a limit: a turn that sets none gets this
 MAX_RATE = 1e6  # roots per second: past any endpoint, and a rate the clock can still space
 MAX_SECONDS = 30 * 86_400.0  # durations and timeouts: a month; inf or 1e308 would hang a timer
 
@@ -132,89 +114,6 @@ class LoadConfig(BaseModel):
         if self.arrival_cv is not None and not self.request_rate:
             raise ValueError("--arrival-cv shapes the gaps of --request-rate; give a rate too")
         return self
-
-
-class EndpointConfig(BaseModel):
-    """The server under test and the shape of the requests sent to it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    url: str = Field(description="Server base URL; a missing scheme means http://.")
-    endpoint_type: Literal["chat", "completions", "responses", "messages"] = Field(
-        default="chat",
-        description="The API to call: OpenAI chat or completions, OpenAI Responses, or "
-        "Anthropic Messages.",
-    )
-    endpoint: str | None = Field(
-        default=None, description="Request path, when not the standard one for the type."
-    )
-    model: str = Field(min_length=1, description="Model name for turns that do not set one.")
-    streaming: bool = Field(default=False, description="Stream responses (server-sent events).")
-    api_key: SecretStr | None = Field(default=None, description="Bearer token for the server.")
-    extra_inputs: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Fields added to every request body; a turn's own `extra` wins.",
-    )
-    request_timeout_seconds: float = Field(
-        default=600.0,
-        gt=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
-        description="Per-request timeout, from send to the last byte.",
-    )
-    session_affinity_headers: list[str] = Field(
-        default_factory=lambda: list(AFFINITY_HEADERS),
-        description="Headers carrying each request's routing key (a FORK tree's root key), so "
-        "session-affine and KV-aware routers keep a tree on one backend; empty to send none.",
-    )
-    backend_headers: list[str] = Field(
-        default_factory=list,
-        description="Response headers that name the backend (pod) that served a request, "
-        "tried in order; without one, the address that answered names it.",
-    )
-
-    @field_validator("backend_headers", "session_affinity_headers")
-    @classmethod
-    def _header_names(cls, names: list[str]) -> list[str]:
-        return header_names(names)
-
-    @field_validator("api_key", mode="before")
-    @classmethod
-    def _sendable_key(cls, key: Any) -> Any:
-        if isinstance(key, SecretStr):
-            key = key.get_secret_value()
-        if isinstance(key, str):
-            key = key.strip()  # a key read from a file or a Secret often ends in a newline
-            if problem := api_key_problem(key):
-                raise ValueError(problem)
-        return key or None
-
-    @field_validator("url")
-    @classmethod
-    def _with_scheme(cls, url: str) -> str:
-        url = url.strip().rstrip("/")
-        if "://" not in url:
-            url = "http://" + url
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        return url
-
-    @model_validator(mode="after")
-    def _endpoint_path(self) -> EndpointConfig:
-        if self.endpoint is not None and not self.endpoint.startswith("/"):
-            raise ValueError(f"endpoint must be a path starting with '/', got {self.endpoint!r}")
-        return self
-
-    @property
-    def request_url(self) -> str:
-        return self.url + (self.endpoint or ENDPOINT_PATHS[self.endpoint_type])
-
-    def redacted(self) -> dict[str, Any]:
-        """For exports and logs: the API key never leaves the process."""
-        out = self.model_dump(mode="json")
-        out["api_key"] = "<redacted>" if self.api_key else None
-        return out
 
 
 def header_names(names: list[str]) -> list[str]:

@@ -21,24 +21,20 @@ from typing import Any
 
 import msgspec
 
-from dagperf.endpoints import prompt_text, request_body
+from dagperf.apis.conversation import prompt_text
 from dagperf.metrics.record import error_metrics, request_metrics
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel, receive
-from dagperf.transport.client import Exchange, exchange
-from dagperf.transport.dialects import reply_for
-from dagperf.transport.http1 import Pool
-from dagperf.vocabulary.config import ENDPOINT_PATHS
+from dagperf.transport.client import Exchange
 from dagperf.vocabulary.tokens import TokenCounter, TokenizerError
 from dagperf.worker.armed import ArmedCredits
+from dagperf.worker.endpoint import Endpoint
 from dagperf.worker.histories import Histories
 from dagperf.worker.options import WorkerConfig
 from dagperf.worker.wire import Heartbeat, connect
 
 log = logging.getLogger("dagperf.worker")
-ANTHROPIC_VERSION = "2023-06-01"
 
-_json = msgspec.json.Encoder()
 # A turn's messages arrive as the JSON text the dataset held; they become objects only here.
 _decode_messages = msgspec.json.Decoder(list[dict[str, Any]]).decode
 WAITING_LOG_S = 5.0  # how often a worker says it is still waiting for its scheduler
@@ -57,7 +53,7 @@ class Worker:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._armed = ArmedCredits()
         self._settings: protocol.WorkerSettings | None = None
-        self._pool: Pool | None = None
+        self._endpoint: Endpoint | None = None
         self._heard = 0.0
         self._stop = asyncio.Event()
         self._welcomed = asyncio.Event()
@@ -90,8 +86,9 @@ class Worker:
                     said = now
                     log.warning(
                         "waiting for the scheduler at %s (no answer for %.0f s); retrying",
-                        self.config.scheduler, now - began,
-                    )  # fmt: skip
+                        self.config.scheduler,
+                        now - began,
+                    )
 
     async def _serve_until_silent(self) -> None:
         assert self._settings is not None
@@ -119,9 +116,9 @@ class Worker:
         self._tasks.clear()
         self._armed.clear()
         self._histories.clear()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        if self._endpoint is not None:
+            self._endpoint.close()
+            self._endpoint = None
 
     # --- messages from the scheduler ---------------------------------------------------------
 
@@ -131,7 +128,7 @@ class Worker:
             return
         self._heard = time.monotonic()
         if isinstance(message, protocol.Credits):
-            if self._pool is None:
+            if self._endpoint is None:
                 log.warning(
                     "dropped %d credits that arrived before the Welcome", len(message.items)
                 )
@@ -166,20 +163,9 @@ class Worker:
         except TokenizerError as e:
             log.error("%s; token counts the server does not give will be estimates", e)
             self._counter = TokenCounter()
-        headers = {"Content-Type": "application/json", "User-Agent": "dagperf"}
-        if self.config.api_key:
-            if settings.endpoint_type == "messages":  # Anthropic's scheme
-                headers["x-api-key"] = self.config.api_key
-            else:
-                headers["Authorization"] = f"Bearer {self.config.api_key}"
-        if settings.endpoint_type == "messages":
-            headers["anthropic-version"] = ANTHROPIC_VERSION
-        if settings.streaming:
-            headers["Accept"] = "text/event-stream"
-        path = self.config.endpoint or ENDPOINT_PATHS.get(settings.endpoint_type, "")
         try:
-            self._pool = Pool(self.config.url + path, headers)
-        except ValueError as e:  # a key or header with a line break in it
+            self._endpoint = Endpoint(self.config, settings)
+        except ValueError as e:
             log.error("cannot send requests: %s", e)
             return
         self._heartbeat.interval_s = message.heartbeat_s
@@ -210,27 +196,19 @@ class Worker:
             asyncio.get_running_loop().call_soon(self._flush)
 
     async def _serve(self, credit: protocol.Credit) -> None:
-        settings = self._settings
-        assert settings is not None and self._pool is not None
-        ex = Exchange(reply=reply_for(settings.endpoint_type))
+        endpoint = self._endpoint
+        assert endpoint is not None
+        ex = Exchange(reply=endpoint.reply())
         messages = self._context(credit)
         if messages is None:
             where = f"node {credit.history} of run {credit.run}"
             error = protocol.ErrorInfo(None, "MissingHistory", f"no history here for {where}")
             self._finish(credit, ex, {}, error)
             return
-        body = request_body(settings.endpoint_type, credit.params, messages)
-        raw = _json.encode(body)
-        headers = {"X-Request-ID": credit.request_id, "X-Correlation-ID": credit.correlation_id}
-        for name in settings.affinity_headers:
-            headers[name] = credit.routing_key
         try:
             armed = self._armed.unsent(credit.id)
             written = (lambda: self._written(credit.id)) if armed else None
-            await exchange(
-                self._pool, raw, headers, settings.timeout_s, ex, settings.streaming, written,
-                settings.backend_headers,
-            )  # fmt: skip
+            await endpoint.send(credit, messages, ex, written)
         except asyncio.CancelledError:  # the run cut it short: say what was seen of it
             now = time.time_ns()
             cut = _cut(ex, time.perf_counter_ns())
@@ -275,9 +253,20 @@ class Worker:
         end = ex.end_ns or time.time_ns()
         finish = ex.reply.finish if error is None else None
         result = protocol.Result(
-            credit.id, start, ex.ack_ns, end, metrics, error, cancelled_ns, token_source, started,
-            ex.backend, ex.backend_source, cut, finish,
-        )  # fmt: skip
+            credit.id,
+            start,
+            ex.ack_ns,
+            end,
+            metrics,
+            error,
+            cancelled_ns,
+            token_source,
+            started,
+            ex.backend,
+            ex.backend_source,
+            cut,
+            finish,
+        )
         if self._armed.add_result(result):
             asyncio.get_running_loop().call_soon(self._flush)
 
