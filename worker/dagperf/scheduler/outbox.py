@@ -71,6 +71,16 @@ class Outbox:
         """When the credit went out (`otherwise` if it never did); the outbox keeps it."""
         return self._issued.get(credit, otherwise)
 
+    def unanswered(
+        self, credit: int, error: protocol.ErrorInfo, now_ns: int, cancelled: bool = False
+    ) -> protocol.Result:
+        """The record of a request whose answer will never come (its worker was lost, or did
+        not answer a cancel): cut at `now_ns`, with what it saw lost; `cancelled` at `now_ns`."""
+        issued = self.issued(credit, now_ns)
+        cut = protocol.Cut((now_ns - issued) / 1e6, None)
+        cancelled_ns = now_ns if cancelled else None
+        return protocol.Result(credit, issued, None, now_ns, {}, error, cancelled_ns, cut=cut)
+
     def settle(self, credit: int) -> int:
         """When the credit went out (0 if unknown), forgetting it: its result is in."""
         return self._issued.pop(credit, 0)
