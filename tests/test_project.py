@@ -65,7 +65,9 @@ def test_imports_keep_the_layers():
 
 
 def test_no_function_needs_a_scroll_bar():
-    """At most 80 lines a function and 300 a class in worker/ and operator/."""
+    """At most 80 lines a function and 250 a class in worker/ and operator/: a class that
+    grows past it is split by what belongs together, not squeezed (see
+    test_no_code_is_packed_to_fit)."""
     import ast
 
     too_long = []
@@ -74,9 +76,75 @@ def test_no_function_needs_a_scroll_bar():
             lines = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and lines > 80:
                 too_long.append(f"{path.name}: {node.name}() has {lines} lines")
-            if isinstance(node, ast.ClassDef) and lines > 300:
+            if isinstance(node, ast.ClassDef) and lines > 250:
                 too_long.append(f"{path.name}: class {node.name} has {lines} lines")
     assert too_long == []
+
+
+# Files that still pack lines with `# fmt: skip`: the apis branch (one module per endpoint API)
+# rewrites these and removes theirs; it empties this list.
+PACKED_IN_APIS = {
+    "operator/dagperf_operator/spec.py",
+    "worker/dagperf/endpoints.py",
+    "worker/dagperf/simulator/dialects.py",
+    "worker/dagperf/simulator/server.py",
+    "worker/dagperf/transport/dialects.py",
+    "worker/dagperf/transport/replies.py",
+    "worker/dagperf/worker/shell.py",
+}
+# Packages whose packing is being undone, one commit per package; empty when that is done.
+PACKED_FOR_NOW = {
+    "operator/dagperf_operator/cli.py",
+    "operator/dagperf_operator/crd.py",
+    "operator/dagperf_operator/manifests.py",
+    "operator/dagperf_operator/settings.py",
+    "worker/dagperf/cli/benchmark.py",
+    "worker/dagperf/cli/flags.py",
+    "worker/dagperf/cli/roles.py",
+    "worker/dagperf/cli/search.py",
+    "worker/dagperf/cli/tools.py",
+    "worker/dagperf/console.py",
+    "worker/dagperf/engine/phase.py",
+    "worker/dagperf/exports/aggregate.py",
+    "worker/dagperf/exports/aiperf_config.py",
+    "worker/dagperf/exports/run.py",
+    "worker/dagperf/exports/server_metrics.py",
+    "worker/dagperf/exports/timeslices.py",
+    "worker/dagperf/graph/dag_compiler.py",
+    "worker/dagperf/graph/sessions.py",
+    "worker/dagperf/health/__init__.py",
+    "worker/dagperf/health/checks.py",
+    "worker/dagperf/local_processes.py",
+    "worker/dagperf/metrics/catalog.py",
+    "worker/dagperf/metrics/censored.py",
+    "worker/dagperf/metrics/live.py",
+    "worker/dagperf/metrics/sessions.py",
+    "worker/dagperf/metrics/window.py",
+    "worker/dagperf/repeat.py",
+    "worker/dagperf/report/figures.py",
+    "worker/dagperf/scheduler/outcome.py",
+    "worker/dagperf/search/objectives.py",
+    "worker/dagperf/search/runner.py",
+    "worker/dagperf/search/steps.py",
+    "worker/dagperf/simulator/engine.py",
+    "worker/dagperf/synthetic/lmeval.py",
+    "worker/dagperf/synthetic/veeksha.py",
+    "worker/dagperf/transport/http1.py",
+}
+
+
+def test_no_code_is_packed_to_fit():
+    """`# fmt: skip` (and `fmt: off`) in worker/ and operator/ let code dodge ruff format to
+    meet the size limits in fewer lines; ruff lays out the code."""
+    packed = []
+    for path in [*(ROOT / "worker").rglob("*.py"), *(ROOT / "operator").rglob("*.py")]:
+        name = path.relative_to(ROOT).as_posix()
+        if name in PACKED_IN_APIS or name in PACKED_FOR_NOW:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"#\s*fmt:\s*(skip|off)", line):
+                packed.append(f"{name}:{number}: {line.strip()}")
+    assert packed == []
 
 
 def test_shell_scripts_pass_shellcheck():
