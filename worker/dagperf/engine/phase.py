@@ -79,9 +79,13 @@ class PhasePlan:
     """What one phase may start and send, and what it has so far."""
 
     def __init__(
-        self, stage: Stage, graph: RequestGraph, load: LoadConfig, trees: Rotation,
+        self,
+        stage: Stage,
+        graph: RequestGraph,
+        load: LoadConfig,
+        trees: Rotation,
         open_ended: bool = False,
-    ):  # fmt: skip
+    ):
         """`open_ended`: the profiling runs until told to stop (`window.Until`), so it starts
         roots without a limit unless the load sets one."""
         self.phase = stage.phase
@@ -124,9 +128,15 @@ class PhasePlan:
 
     def progress(self, in_flight: int) -> Progress:
         return Progress(
-            self.phase, self.sent, self.completed, self.errors, in_flight, self.expected(),
-            self.roots_started, self.cut,
-        )  # fmt: skip
+            self.phase,
+            self.sent,
+            self.completed,
+            self.errors,
+            in_flight,
+            self.expected(),
+            self.roots_started,
+            self.cut,
+        )
 
     @property
     def roots_done(self) -> bool:

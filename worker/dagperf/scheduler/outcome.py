@@ -42,9 +42,13 @@ class Outcome:
 
 
 def write_final_report(
-    path: Path, outcome: Outcome, status: StatusReport, benchmark: str, duration_s: float,
+    path: Path,
+    outcome: Outcome,
+    status: StatusReport,
+    benchmark: str,
+    duration_s: float,
     results: Path,
-) -> None:  # fmt: skip
+) -> None:
     """The final report, within the termination message's limit; a failure to write it is
     logged, since the run's own files are already written."""
     final = FinalReport(
@@ -75,9 +79,12 @@ def _wall_ns(window: Window) -> tuple[int | None, int | None]:
 
 
 def conclude(
-    dispatcher: Dispatcher, output: RunOutput, interrupted: bool, stopped: bool,
+    dispatcher: Dispatcher,
+    output: RunOutput,
+    interrupted: bool,
+    stopped: bool,
     max_error_rate: float,
-) -> Outcome:  # fmt: skip
+) -> Outcome:
     """Write the run's summary files and judge it: a run cut short is not judged on its
     errors (see `dagperf.verdict`)."""
     d = dispatcher
