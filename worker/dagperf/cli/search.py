@@ -32,32 +32,52 @@ def add_search(commands: Commands) -> None:
     profile_flags(search)
     group = search.add_argument_group("search")
     group.add_argument(
-        "--slo", required=True, metavar='"METRIC:STAT:VALUE ..."',
-        help="objectives every step is judged on, e.g. \"time_to_first_token:p99:500 "
-        "error_rate:max:0.01\" (ms for times; STAT avg, min, max or p1..p99)",
-    )  # fmt: skip
+        "--slo",
+        required=True,
+        metavar='"METRIC:STAT:VALUE ..."',
+        help='objectives every step is judged on, e.g. "time_to_first_token:p99:500 '
+        'error_rate:max:0.01" (ms for times; STAT avg, min, max or p1..p99)',
+    )
     group.add_argument(
-        "--search-parameter", choices=tuple(PARAMETERS), default="concurrency",
+        "--search-parameter",
+        choices=tuple(PARAMETERS),
+        default="concurrency",
         help="the load varied (default: %(default)s; session_rate is roots per second)",
-    )  # fmt: skip
-    group.add_argument("--search-min", type=float, default=1.0, metavar="V",
-                       help="the lowest load tried, first (default: %(default)s)")  # fmt: skip
-    group.add_argument("--search-max", type=float, default=256.0, metavar="V",
-                       help="the highest load tried (default: %(default)s)")  # fmt: skip
+    )
     group.add_argument(
-        "--search-precision", type=float, metavar="P",
+        "--search-min",
+        type=float,
+        default=1.0,
+        metavar="V",
+        help="the lowest load tried, first (default: %(default)s)",
+    )
+    group.add_argument(
+        "--search-max",
+        type=float,
+        default=256.0,
+        metavar="V",
+        help="the highest load tried (default: %(default)s)",
+    )
+    group.add_argument(
+        "--search-precision",
+        type=float,
+        metavar="P",
         help=f"stop when the answer is within this of the lowest load that missed: a share "
         f"for a rate (default {RATE_PRECISION}), a step for a concurrency (default 1)",
-    )  # fmt: skip
-    group.add_argument("--sweep", metavar="V,V,...",
-                       help="try exactly these loads, in order, instead of searching")  # fmt: skip
+    )
     group.add_argument(
-        "--max-step-duration", type=float, default=DEFAULT_MAX_STEP_S, metavar="S",
+        "--sweep", metavar="V,V,...", help="try exactly these loads, in order, instead of searching"
+    )
+    group.add_argument(
+        "--max-step-duration",
+        type=float,
+        default=DEFAULT_MAX_STEP_S,
+        metavar="S",
         help="the longest a step measures: each runs at least --benchmark-duration (default "
         "0), then until every objective is met or missed (--confidence-level for percentiles), "
         "at most this long, and says undecided if it still cannot (default: %(default)s; "
         "ignored under --request-count or --num-conversations, which a step runs as given)",
-    )  # fmt: skip
+    )
     search.set_defaults(run=_search)
 
 
@@ -96,8 +116,10 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--confidence-level: between 0 and 1, got {args.confidence_level}")
     counted = bool(args.request_count or args.num_conversations)  # each step runs its count
     if args.benchmark_duration and args.benchmark_duration > args.max_step_duration:
-        parser.error("--benchmark-duration: the shortest a step runs, above "
-                     f"--max-step-duration {args.max_step_duration:g}")  # fmt: skip
+        parser.error(
+            "--benchmark-duration: the shortest a step runs, above "
+            f"--max-step-duration {args.max_step_duration:g}"
+        )
     if args.artifact_dir is None:
         args.artifact_dir = unused_default(args, f"{args.endpoint_type}-search-{parameter}")
     made = local_plan(args, parser)
@@ -105,9 +127,14 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return verdict.USAGE
     base, _ = made
     search = Search(
-        parameter, objectives, plan, base, base.artifact_dir, args.confidence_level,
+        parameter,
+        objectives,
+        plan,
+        base,
+        base.artifact_dir,
+        args.confidence_level,
         None if counted else args.max_step_duration,
-    )  # fmt: skip
+    )
 
     async def go() -> int:
         code = await run_search(search, sys.stdout)
