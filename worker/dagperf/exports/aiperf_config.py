@@ -55,8 +55,11 @@ def _phases(load: dict[str, Any]) -> list[dict[str, Any]]:
     else:
         shape = {"type": "concurrency", "concurrency": load.get("concurrency") or 1}
     profiling = {"name": "profiling", **shape}
-    for ours, theirs in (("request_count", "requests"), ("num_conversations", "sessions"),
-                         ("benchmark_duration", "duration")):  # fmt: skip
+    for ours, theirs in (
+        ("request_count", "requests"),
+        ("num_conversations", "sessions"),
+        ("benchmark_duration", "duration"),
+    ):
         if load.get(ours):
             profiling[theirs] = load[ours]
     phases = [profiling]

@@ -21,7 +21,7 @@ from dagperf.exports.server_metrics import (
     ServerMetrics,
     scrape_forever,
     scrape_once,
-)  # fmt: skip
+)
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
 from dagperf.exports.timeslices import timeslices, write_timeslices
 from dagperf.graph import RequestGraph
@@ -178,9 +178,12 @@ class RunOutput:
         return self._inputs_error
 
     def write_summary(
-        self, branch_stats: dict[str, int], complete: bool, cancelled: bool,
+        self,
+        branch_stats: dict[str, int],
+        complete: bool,
+        cancelled: bool,
         window_ns: tuple[int | None, int | None] = (None, None),
-    ) -> tuple[dict[str, Any], str | None]:  # fmt: skip
+    ) -> tuple[dict[str, Any], str | None]:
         """The summary document, written as JSON and CSV; and why the run's output is not
         whole, if it is not. `window_ns`: when the window opened and closed."""
         document = summary_document(

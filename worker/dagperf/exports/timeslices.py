@@ -87,8 +87,11 @@ def write_timeslices(
     directory: Path, slices: list[dict[str, Any]], input_config: dict[str, Any]
 ) -> None:
     with whole_or_nothing(directory / "profile_export_aiperf_timeslices.json") as f:
-        document = {"timeslices": slices, "input_config": aiperf_input_config(input_config),
-                    "dagperf_config": input_config}  # fmt: skip
+        document = {
+            "timeslices": slices,
+            "input_config": aiperf_input_config(input_config),
+            "dagperf_config": input_config,
+        }
         f.write(json.dumps(document, indent=2) + "\n")
     with whole_or_nothing(directory / "profile_export_aiperf_timeslices.csv", newline="") as f:
         out = csv.writer(f)
@@ -96,12 +99,21 @@ def write_timeslices(
         for entry in slices:
             index = entry["timeslice_index"]
             out.writerow([index, "Request Count", "requests", "count", entry["request_count"]])
-            out.writerow([index, "Error Request Count", "requests", "count",
-                          entry["error_request_count"]])  # fmt: skip
-            out.writerow([index, "Cut Request Count", "requests", "count",
-                          entry["cut_request_count"]])  # fmt: skip
-            out.writerow([index, "Request Throughput", "requests/sec", "avg",
-                          f"{entry['request_throughput']['avg']:.2f}"])  # fmt: skip
+            out.writerow(
+                [index, "Error Request Count", "requests", "count", entry["error_request_count"]]
+            )
+            out.writerow(
+                [index, "Cut Request Count", "requests", "count", entry["cut_request_count"]]
+            )
+            out.writerow(
+                [
+                    index,
+                    "Request Throughput",
+                    "requests/sec",
+                    "avg",
+                    f"{entry['request_throughput']['avg']:.2f}",
+                ]
+            )
             for name, metric in RECORD.items():
                 if name in entry:
                     for stat in STATS:

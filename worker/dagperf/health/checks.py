@@ -488,11 +488,13 @@ class OutputLengths:
             f"min({options.osl_tolerance_pct:g}%, {options.osl_tolerance_max_tokens}) tokens"
         )
         which = " and ".join(
-            f"{n} {label}" for n, label in (
+            f"{n} {label}"
+            for n, label in (
                 (self._by_kind["ignore_eos"], "ignore_eos"),
                 (self._by_kind["length"], "ended at the limit"),
-            ) if n
-        )  # fmt: skip
+            )
+            if n
+        )
         if failed:
             worst = details["worst"][0]
             got = "no" if worst["output_tokens"] is None else f"{worst['output_tokens']:g}"
@@ -527,8 +529,9 @@ class OutputLengths:
             )
         if not self._early:
             summary = f"none of {self._ended} replies ended before max_tokens by itself"
-            return CheckResult(name=EARLY_STOP, status=Status.PASS, summary=summary,
-                               details=details)  # fmt: skip
+            return CheckResult(
+                name=EARLY_STOP, status=Status.PASS, summary=summary, details=details
+            )
         share = details["share_of_max_tokens"]
         summary = (
             f"{self._early} of {self._ended} replies ended by themselves (finish_reason stop) "
@@ -567,15 +570,18 @@ class RequestErrors:
         return describe_error(code if isinstance(code, int) else None, str(kind), message)
 
     def result(self, max_error_rate: float) -> CheckResult:
-        details = {"succeeded": self.ok, "failed": self.failed, "cut": self.cut,
-                   "max_error_rate": max_error_rate}  # fmt: skip
+        details = {
+            "succeeded": self.ok,
+            "failed": self.failed,
+            "cut": self.cut,
+            "max_error_rate": max_error_rate,
+        }
         cut = f"; {self.cut} cut short by the run, not errors" if self.cut else ""
         if (nothing := unmeasured(self.ok, self.failed, self.cut, self.unseen)) is not None:
             return CheckResult(name=ERRORS, status=Status.FAIL, summary=nothing, details=details)
         if not self.ok + self.failed:
             summary = f"no request was answered or failed{cut}"
-            return CheckResult(name=ERRORS, status=Status.SKIPPED, summary=summary,
-                               details=details)  # fmt: skip
+            return CheckResult(name=ERRORS, status=Status.SKIPPED, summary=summary, details=details)
         rejected = rejection(self.ok, self.failed, max_error_rate, self._most_common(), self.cut)
         if rejected is not None:
             return CheckResult(name=ERRORS, status=Status.FAIL, summary=rejected, details=details)

@@ -17,13 +17,82 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from dagperf.engine import BranchStats, Flight, Phase, Progress
 from dagperf.transport.protocol import Result
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
-               0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
-                   20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
-                   7680.0)  # fmt: skip
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+LATENCY_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 MAX_DEPTH_LABEL = 5
 MAX_ERROR_TYPES = 20
 MAX_WORKERS = 256
@@ -43,9 +112,10 @@ class LiveMetrics:
             return Gauge(name, doc, b, registry=registry)
 
         self.requests = counter(
-            "dagperf_requests", "Requests completed: ok, error (the endpoint's) or cut (the run's)",
+            "dagperf_requests",
+            "Requests completed: ok, error (the endpoint's) or cut (the run's)",
             ("outcome", "worker"),
-        )  # fmt: skip
+        )
         self.errors = counter(
             "dagperf_request_errors", "Requests the endpoint failed", ("error_type",)
         )
@@ -57,17 +127,26 @@ class LiveMetrics:
             "dagperf_cached_prompt_tokens", "Prompt tokens the server reported as cached"
         )
         self.ttft = Histogram(
-            "dagperf_time_to_first_token_seconds", "Time to first token", [*b, "branch_mode"],
-            buckets=TTFT_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "dagperf_time_to_first_token_seconds",
+            "Time to first token",
+            [*b, "branch_mode"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
         self.itl = Histogram(
-            "dagperf_inter_token_latency_seconds", "Inter-token latency", b,
-            buckets=ITL_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "dagperf_inter_token_latency_seconds",
+            "Inter-token latency",
+            b,
+            buckets=ITL_BUCKETS,
+            registry=registry,
+        )
         self.latency = Histogram(
-            "dagperf_request_latency_seconds", "Request latency", [*b, "agent_depth"],
-            buckets=LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "dagperf_request_latency_seconds",
+            "Request latency",
+            [*b, "agent_depth"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.branch = {
             f.name: counter(f"dagperf_branch_{f.name}", f"BranchStats {f.name}")
             for f in fields(BranchStats)
