@@ -432,13 +432,13 @@ def expire(
 def registry(poll_interval_s: float) -> kopf.OperatorRegistry:
     """Every handler above, registered with kopf; the timers poll at this interval, and again
     this often after an error (not kopf's default minute)."""
-    r = kopf.OperatorRegistry()
-    kopf.on.startup(registry=r)(startup)
-    kopf.on.login(registry=r)(login)
-    changes: dict[str, Any] = {"retries": RETRIES, "backoff": 5, "registry": r}
+    handlers = kopf.OperatorRegistry()
+    kopf.on.startup(registry=handlers)(startup)
+    kopf.on.login(registry=handlers)(login)
+    changes: dict[str, Any] = {"retries": RETRIES, "backoff": 5, "registry": handlers}
     kopf.on.create(GROUP, VERSION, PLURAL, **changes)(create)
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", **changes)(spec_changed)
     polling: dict[str, Any] = {"interval": poll_interval_s, "backoff": poll_interval_s}
-    kopf.timer(GROUP, VERSION, PLURAL, when=_active, registry=r, **polling)(monitor)
-    kopf.timer(GROUP, VERSION, PLURAL, when=_expiring, registry=r, **polling)(expire)
-    return r
+    kopf.timer(GROUP, VERSION, PLURAL, when=_active, registry=handlers, **polling)(monitor)
+    kopf.timer(GROUP, VERSION, PLURAL, when=_expiring, registry=handlers, **polling)(expire)
+    return handlers

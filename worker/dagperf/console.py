@@ -143,9 +143,9 @@ def _nothing_succeeded(document: dict[str, Any], artifact_dir: str) -> str:
 def _error_lines(document: dict[str, Any]) -> list[str]:
     lines = []
     for entry in document.get("error_summary") or []:
-        e = entry["error_details"]
-        code = f"{e['code']} " if e["code"] is not None else ""
-        lines.append(f"Errors: {entry['count']} x {code}{e['type']}: {e['message']}")
+        details = entry["error_details"]
+        code = f"{details['code']} " if details["code"] is not None else ""
+        lines.append(f"Errors: {entry['count']} x {code}{details['type']}: {details['message']}")
     return lines
 
 

@@ -206,9 +206,9 @@ class Arrivals:
                 self._judge(request_id, start, delay_ms, max(ends[d][0] for d in deps))
         self._held.clear()
         lateness = self._lateness
-        n = lateness.count
+        dependent = lateness.count
         details: dict[str, Any] = {
-            "dependent_requests": n,
+            "dependent_requests": dependent,
             "early": self._early,
             "late": self._late,
             "slack_ms": self._slack,
@@ -220,7 +220,7 @@ class Arrivals:
             "failed_without_response": self._no_response,
         }
         skipped_too = self._unverifiable + self._no_response
-        if not n:
+        if not dependent:
             why = "no request depends on another"
             if skipped_too:
                 why = (
@@ -236,13 +236,13 @@ class Arrivals:
             hint = " (max_inflight held requests back)" if load.max_inflight else ""
             summary = (
                 f"{self._early} sent early, {self._late} later than {self._slack:g} ms, "
-                f"of {n} dependent requests; worst {worst['request_id']} at "
+                f"of {dependent} dependent requests; worst {worst['request_id']} at "
                 f"{worst['lateness_ms']:+.1f} ms{hint}{notes}"
             )
             status = Status.FAIL
         else:
             summary = (
-                f"{n} dependent requests on time: lateness p50 {dist['p50']:.1f} ms, "
+                f"{dependent} dependent requests on time: lateness p50 {dist['p50']:.1f} ms, "
                 f"p99 {dist['p99']:.1f} ms, max {dist['max']:.1f} ms "
                 f"(slack {self._slack:g} ms){notes}"
             )

@@ -166,43 +166,45 @@ class LiveMetrics:
 
     def observe(self, flight: Flight, result: Result) -> None:
         """One profiling-phase result."""
-        b = self.benchmark
+        benchmark = self.benchmark
         error = result.error
         outcome = "ok" if error is None else ("cut" if result.cut is not None else "error")
         self.requests.labels(
-            b, outcome, self._bounded(flight.worker, self._workers, MAX_WORKERS)
+            benchmark, outcome, self._bounded(flight.worker, self._workers, MAX_WORKERS)
         ).inc()
         if error is not None:
             if result.failed:
                 kind = self._bounded(error.type, self._error_types, MAX_ERROR_TYPES)
-                self.errors.labels(b, kind).inc()
+                self.errors.labels(benchmark, kind).inc()
             return
-        m: dict[str, Any] = result.metrics
+        metrics: dict[str, Any] = result.metrics
         session = flight.run.tree.sessions[flight.run.tree.nodes[flight.node].session]
         depth = str(session.depth) if session.depth < MAX_DEPTH_LABEL else f"{MAX_DEPTH_LABEL}+"
-        self.latency.labels(b, depth).observe(m["request_latency"] / 1000)
-        if "time_to_first_token" in m:
-            self.ttft.labels(b, session.kind.value).observe(m["time_to_first_token"] / 1000)
-        if "inter_token_latency" in m:
-            self.itl.labels(b).observe(m["inter_token_latency"] / 1000)
-        self.input_tokens.labels(b).inc(m.get("input_sequence_length", 0))
-        self.output_tokens.labels(b).inc(m.get("output_sequence_length", 0))
-        self.cached_tokens.labels(b).inc(m.get("usage_prompt_cache_read_tokens", 0))
+        self.latency.labels(benchmark, depth).observe(metrics["request_latency"] / 1000)
+        if "time_to_first_token" in metrics:
+            self.ttft.labels(benchmark, session.kind.value).observe(
+                metrics["time_to_first_token"] / 1000
+            )
+        if "inter_token_latency" in metrics:
+            self.itl.labels(benchmark).observe(metrics["inter_token_latency"] / 1000)
+        self.input_tokens.labels(benchmark).inc(metrics.get("input_sequence_length", 0))
+        self.output_tokens.labels(benchmark).inc(metrics.get("output_sequence_length", 0))
+        self.cached_tokens.labels(benchmark).inc(metrics.get("usage_prompt_cache_read_tokens", 0))
 
     def update(self, progress: Progress, workers: int, stats: BranchStats) -> None:
         """Gauges and BranchStats, from the dispatcher's latest state; a warm-up is not shown."""
         if progress.phase is not Phase.PROFILING:
             return
-        b = self.benchmark
-        self.in_flight.labels(b).set(progress.in_flight)
-        self.workers.labels(b).set(workers)
-        self.completed.labels(b).set(progress.completed)
-        self.expected.labels(b).set(progress.expected or 0)
+        benchmark = self.benchmark
+        self.in_flight.labels(benchmark).set(progress.in_flight)
+        self.workers.labels(benchmark).set(workers)
+        self.completed.labels(benchmark).set(progress.completed)
+        self.expected.labels(benchmark).set(progress.expected or 0)
         ratio = progress.completed / progress.expected if progress.expected else 0.0
-        self.progress.labels(b).set(min(ratio, 1.0))
+        self.progress.labels(benchmark).set(min(ratio, 1.0))
         for name, value in stats.as_dict().items():  # counters only go up: add what is new
             if value > self._branch_seen[name]:
-                self.branch[name].labels(b).inc(value - self._branch_seen[name])
+                self.branch[name].labels(benchmark).inc(value - self._branch_seen[name])
                 self._branch_seen[name] = value
 
     @staticmethod

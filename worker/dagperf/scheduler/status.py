@@ -60,23 +60,22 @@ def status_report(
     state: RunState, dispatcher: Dispatcher, workers: Workers, summary: PhaseSummary
 ) -> StatusReport:
     """The run as the operator reads it from /status."""
-    d = dispatcher
-    p = d.progress()
+    progress = dispatcher.progress()
     return StatusReport(
         state=state,
-        phase=p.phase.label,
+        phase=progress.phase.label,
         workers=workers,
         progress=Progress(
-            requests_sent=p.sent,
-            requests_completed=p.completed,
-            requests_total=p.expected,
-            errors=p.errors,
-            in_flight=p.in_flight,
-            cut=p.cut,
+            requests_sent=progress.sent,
+            requests_completed=progress.completed,
+            requests_total=progress.expected,
+            errors=progress.errors,
+            in_flight=progress.in_flight,
+            cut=progress.cut,
         ),
-        branch_stats=d.branch_stats.as_dict(),
+        branch_stats=dispatcher.branch_stats.as_dict(),
         summary=metrics_summary(summary),
-        failure=d.failure,
+        failure=dispatcher.failure,
     )
 
 
