@@ -27,6 +27,7 @@ from dagperf.dataset.formats import FORMATS
 from dagperf.health.report import HealthOptions
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 from dagperf.search.objectives import parse_objectives, unmeasurable
+from dagperf.search.plan import given_to_the_search
 from dagperf.sources import SESSION_CONFIG
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
@@ -420,13 +421,13 @@ class BenchmarkSpec(_Model):
     def _load_as_the_cli_takes_it(self) -> BenchmarkSpec:
         """Rules across load fields (e.g. a rate and a fixed schedule at once) are the CLI's."""
         try:
-            load_config(self.load)
+            load = load_config(self.load)
         except ValidationError as e:
             raise ValueError("load: " + e.errors(include_url=False)[0]["msg"]) from None
         if self.search is not None:
-            field = "concurrency" if self.search.parameter == "concurrency" else "request_rate"
-            if getattr(self.load, field) is not None:
-                raise ValueError(f"load.{to_camel(field)}: the search sets it; leave it out")
+            if (given := given_to_the_search(self.search.parameter, load)) is not None:
+                field, why = given
+                raise ValueError(f"load.{to_camel(LOAD_NAMES.get(field, field))}: {why}")
             slo = parse_objectives(" ".join(self.search.slo))
             if problem := unmeasurable(slo, self.endpoint.streaming):
                 raise ValueError(f"search.slo: {problem} (endpoint.streaming)")

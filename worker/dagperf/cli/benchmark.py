@@ -23,12 +23,8 @@ from dagperf.dataset.formats import FORMATS, ReadOptions
 from dagperf.fetch import FetchError, is_url, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
-from dagperf.sources import (
-    load_graph,
-    resolve_cancel,
-    resolve_schedule,
-    synthetic_graph,
-)
+from dagperf.load import LoadError, resolve_load
+from dagperf.sources import load_graph, synthetic_graph
 
 FLAG_OF_FIELD = {"backend_headers": "backend_header"}  # a list field of a repeatable flag
 
@@ -316,10 +312,17 @@ def graph_and_load(
     if graph is None:
         return None
     try:
-        load = resolve_cancel(resolve_schedule(_default_stop(load, graph), graph), graph)
-    except ValueError as e:
+        resolved = resolve_load(load, graph)
+    except LoadError as e:
         parser.error(str(e))
-    return graph, load
+    if resolved.num_conversations != load.num_conversations:
+        log.info(
+            "No request count or conversation count provided; defaulting --num-conversations "
+            "to %d (run each root in the file once). Use --request-count for a literal "
+            "wire-request cap instead.",
+            resolved.num_conversations,
+        )
+    return graph, resolved
 
 
 def _read_options(
@@ -398,18 +401,6 @@ def _extra_inputs(parser: argparse.ArgumentParser, items: list[str]) -> dict[str
     return out
 
 
-def _default_stop(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
-    if load.request_count or load.num_conversations or load.benchmark_duration:
-        return load
-    log.info(
-        "No request count or conversation count provided; defaulting --num-conversations to %d "
-        "(run each root in the file once). Use --request-count for a literal wire-request cap "
-        "instead.",
-        graph.root_count,
-    )
-    return load.model_copy(update={"num_conversations": graph.root_count})
-
-
 def artifact_dir_for(args: argparse.Namespace, load: LoadConfig) -> Path:
     """--artifact-dir, said when it already holds files (they are overwritten, as AIPerf's
     are: the user named it); else a default of its own that no earlier run used."""
@@ -427,7 +418,7 @@ def artifact_dir_for(args: argparse.Namespace, load: LoadConfig) -> Path:
     elif load.fixed_schedule:
         shape = "schedule" + (f"-concurrency{load.concurrency}" if load.concurrency else "")
     else:
-        shape = f"concurrency{load.concurrency or 1}"
+        shape = f"concurrency{load.root_limit}"
     return unused_default(args, f"{args.endpoint_type}-{shape}")
 
 

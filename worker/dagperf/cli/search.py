@@ -9,10 +9,11 @@ import sys
 
 from dagperf import verdict
 from dagperf.cli.benchmark import unused_default, write_runs_report
-from dagperf.cli.flags import Commands
+from dagperf.cli.flags import Commands, model_from_flags
 from dagperf.cli.roles import local_plan, profile_flags
+from dagperf.config import LoadConfig
 from dagperf.runtime.logs import setup_logging
-from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS
+from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS, given_to_the_search
 
 RATE_PRECISION = 0.05
 
@@ -97,12 +98,10 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if problem := unmeasurable(objectives, args.streaming):
         parser.error(f"--slo: {problem}")
     parameter = args.search_parameter
-    given = {"concurrency": args.concurrency, "request_rate": args.request_rate}
-    field = "concurrency" if parameter == "concurrency" else "request_rate"
-    if given[field] is not None:
-        parser.error(f"--{field.replace('_', '-')}: the search sets it; leave it out")
-    if parameter != "concurrency" and args.concurrency is None and args.fixed_schedule:
-        parser.error("--fixed-schedule: a rate search sets when roots arrive; leave it out")
+    given = given_to_the_search(parameter, model_from_flags(parser, args, LoadConfig))
+    if given is not None:
+        field, why = given
+        parser.error(f"--{field.replace('_', '-')}: {why}")
     integer = parameter == "concurrency"
     sweep = _sweep(parser, args.sweep, integer)
     precision = args.search_precision or (1.0 if integer else RATE_PRECISION)

@@ -35,8 +35,7 @@ class Due(NamedTuple):
 class Pacing:
     def __init__(self, graph: RequestGraph, load: LoadConfig, until: Until | None):
         self.arrivals = Arrivals(graph, load)
-        concurrency = load.concurrency or (None if self.arrivals.on else 1)
-        self.slots = Slots(concurrency, load.concurrency_ramp_up)
+        self.slots = Slots(load.root_limit, load.concurrency_ramp_up)
         self.window = Window(load, until)  # when the profiling measures, and until when
         self._grace_s = load.benchmark_grace_period
         self._timers: Timers[None] = Timers()

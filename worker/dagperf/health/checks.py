@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from dagperf.config import root_limit
 from dagperf.health.report import (
     ARRIVAL,
     CONCURRENCY,
@@ -307,9 +308,8 @@ class Roots:
         self._open.clear()
 
     def concurrency(self, load: Load) -> CheckResult:
-        target, source = load.concurrency, "concurrency"
-        if target is None and not load.request_rate and not load.fixed_schedule:
-            target, source = 1, "default"  # the engine runs one root at a time unless told
+        target = root_limit(load.concurrency, load.request_rate, load.fixed_schedule)
+        source = "concurrency" if load.concurrency else "default"
         if target is None:
             return CheckResult(
                 name=CONCURRENCY,

@@ -18,6 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from dagperf.config import LoadConfig
 from dagperf.verdict import Verdict
 
 DEFAULT_MAX_STEP_S = 600.0  # the longest a step measures, by default
@@ -28,6 +29,17 @@ PARAMETERS = {
     "request_rate": "request_rate",
     "session_rate": "request_rate",
 }
+
+
+def given_to_the_search(parameter: str, load: LoadConfig) -> tuple[str, str] | None:
+    """A LoadConfig field the search sets that `load` sets too, and why it cannot: the CLI
+    names the field by its flag, a Benchmark by its own name."""
+    field = PARAMETERS[parameter]
+    if getattr(load, field) is not None:
+        return field, "the search sets it; leave it out"
+    if field == "request_rate" and load.fixed_schedule and load.concurrency is None:
+        return "fixed_schedule", "a rate search sets when roots arrive; leave it out"
+    return None
 
 
 @dataclass
