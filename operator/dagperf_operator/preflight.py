@@ -25,9 +25,9 @@ from dagperf.fetch import FetchError, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.load import LoadError, resolve_load
 from dagperf.sources import SESSION_CONFIG, load_graph, parse_graph, parse_synthetic_graph
-from dagperf_operator import status as st
 from dagperf_operator.kube import Kube
 from dagperf_operator.spec import BenchmarkSpec, load_config
+from dagperf_operator.status import dataset_problems_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def _runnable(
         graph = read()
     except DatasetError as e:
         problems = [p.short() for p in e.problems]
-        return Checked("InvalidDataset", st.dataset_problems_message(problems))
+        return Checked("InvalidDataset", dataset_problems_message(problems))
     try:
         resolve_load(load_config(spec.load), graph)
     except LoadError as e:

@@ -136,12 +136,13 @@ def render(result: dict[str, Any], headline: tuple[str, ...]) -> str:
     level = f"{100 * meta['confidence_level']:g}%"
     lines = ["", f"dagperf | {meta['num_successful_runs']} runs, mean and {level} interval"]
     for name in headline:
-        m = metrics.get(name)
-        if m:
-            flag = "  (unstable)" if m["unstable"] else ""
-            interval = f"[{m['ci_low']:,.2f}, {m['ci_high']:,.2f}]"
+        figure = metrics.get(name)
+        if figure:
+            flag = "  (unstable)" if figure["unstable"] else ""
+            interval = f"[{figure['ci_low']:,.2f}, {figure['ci_high']:,.2f}]"
             lines.append(
-                f"  {name} ({m['unit']}): {m['mean']:,.2f} {interval}, cv {m['cv']:.1%}{flag}"
+                f"  {name} ({figure['unit']}): {figure['mean']:,.2f} {interval}, "
+                f"cv {figure['cv']:.1%}{flag}"
             )
     unstable = [name for name, m in metrics.items() if m["unstable"]]
     if unstable:

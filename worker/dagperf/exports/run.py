@@ -127,8 +127,8 @@ class RunOutput:
 
     def ttft_p50_ms(self) -> float | None:
         """The median time to first token so far (for the progress line)."""
-        d = self.summary.distributions.get("time_to_first_token")
-        return d.percentiles((50,))[0] if d is not None and d.count else None
+        ttft = self.summary.distributions.get("time_to_first_token")
+        return ttft.percentiles((50,))[0] if ttft is not None and ttft.count else None
 
     def retire(self, runs: list[TreeRun]) -> None:
         """Tree runs that ended: their sessions are written once their results are in."""

@@ -46,12 +46,12 @@ class _Slice:
         for name, metric in record["metrics"].items():
             if name not in RECORD:
                 continue
-            d = self.distributions.get(name)
-            if d is None:
-                d = self.distributions[name] = Distribution()
+            distribution = self.distributions.get(name)
+            if distribution is None:
+                distribution = self.distributions[name] = Distribution()
             value = metric["value"]
-            for v in value if isinstance(value, list) else (value,):
-                d.add(v)
+            for one in value if isinstance(value, list) else (value,):
+                distribution.add(one)
 
 
 def timeslices(records: Path, first_start_ns: int, slice_s: float) -> list[dict[str, Any]]:
@@ -66,18 +66,18 @@ def timeslices(records: Path, first_start_ns: int, slice_s: float) -> list[dict[
             slices.setdefault(index, _Slice()).add(record)
     out = []
     for index in sorted(slices):
-        s = slices[index]
+        counted = slices[index]
         entry: dict[str, Any] = {
             "timeslice_index": index,
             "start_s": index * slice_s,
             "end_s": (index + 1) * slice_s,
-            "request_count": s.requests,
-            "error_request_count": s.errors,
-            "cut_request_count": s.cut,
-            "request_throughput": {"unit": "requests/sec", "avg": s.requests / slice_s},
+            "request_count": counted.requests,
+            "error_request_count": counted.errors,
+            "cut_request_count": counted.cut,
+            "request_throughput": {"unit": "requests/sec", "avg": counted.requests / slice_s},
         }
-        for name, d in s.distributions.items():
-            stats = d.stats()
+        for name, distribution in counted.distributions.items():
+            stats = distribution.stats()
             entry[name] = {"unit": RECORD[name].unit} | {k: stats[k] for k in STATS}
         out.append(entry)
     return out

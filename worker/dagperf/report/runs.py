@@ -150,8 +150,8 @@ def _sessions(path: Path) -> list[dict[str, Any]]:
 
 
 def _metric(record: _Record, name: str) -> float | None:
-    v = record.metrics.get(name)
-    return v.value if v is not None and isinstance(v.value, float | int) else None
+    metric = record.metrics.get(name)
+    return metric.value if metric is not None and isinstance(metric.value, float | int) else None
 
 
 class _Reader:

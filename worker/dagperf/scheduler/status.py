@@ -37,10 +37,10 @@ def metrics_summary(summary: PhaseSummary) -> MetricsSummary:
     """Throughput, TTFT and ITL percentiles and error rate, so far or final."""
 
     def percentiles(name: str) -> tuple[float | None, float | None]:
-        d = summary.distributions.get(name)
-        if d is None or not d.count:
+        distribution = summary.distributions.get(name)
+        if distribution is None or not distribution.count:
             return None, None
-        p50, p99 = d.percentiles((50, 99))
+        p50, p99 = distribution.percentiles((50, 99))
         return _finite(p50), _finite(p99)
 
     aggregates = summary.aggregates()
