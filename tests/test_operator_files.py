@@ -452,6 +452,11 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
             {"load": {"durationSeconds": 5, "requestRate": 2.0}},
             "load.requestRate: the search sets it",
         ),
+        (
+            {"maxStepDuration": 30},
+            {"load": {"durationSeconds": 60}},
+            "load.durationSeconds: the shortest a step runs, above the longest a step measures",
+        ),
         ({}, {"endpoint": {"url": "http://llm:8000", "streaming": False}}, "needs --streaming"),
     ],
 )

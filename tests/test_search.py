@@ -97,6 +97,8 @@ def test_search_flags_are_checked_before_anything_runs(tmp_path):
           "--fixed-schedule"], "--fixed-schedule: a rate search sets when roots arrive"),
         (["--slo", "request_latency:p99:9", "--search-parameter", "request_rate",
           "--request-rate", "3"], "--request-rate: the search sets it"),
+        (["--slo", "request_latency:p99:9", "--benchmark-duration", "20",
+          "--max-step-duration", "10"], "--benchmark-duration: the shortest a step runs, above"),
         (["--slo", "ttft:p99:9"], "unknown metric 'ttft'"),
         (["--slo", "request_latency:p99:9", "--sweep", "1,2.5"], "a concurrency is a whole"),
         (["--slo", "request_latency:p99:9", "--search-min", "8", "--search-max", "2"],

@@ -27,7 +27,7 @@ from dagperf.dataset.formats import FORMATS
 from dagperf.health.report import HealthOptions
 from dagperf.metrics.catalog import OBJECTIVE_IS_CEILING
 from dagperf.search.objectives import parse_objectives, unmeasurable
-from dagperf.search.plan import given_to_the_search
+from dagperf.search.plan import DEFAULT_MAX_STEP_S, search_load_problem
 from dagperf.sources import SESSION_CONFIG
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
@@ -425,8 +425,9 @@ class BenchmarkSpec(_Model):
         except ValidationError as e:
             raise ValueError("load: " + e.errors(include_url=False)[0]["msg"]) from None
         if self.search is not None:
-            if (given := given_to_the_search(self.search.parameter, load)) is not None:
-                field, why = given
+            max_step_s = self.search.max_step_duration or DEFAULT_MAX_STEP_S
+            if refused := search_load_problem(self.search.parameter, load, max_step_s):
+                field, why = refused
                 raise ValueError(f"load.{to_camel(LOAD_NAMES.get(field, field))}: {why}")
             slo = parse_objectives(" ".join(self.search.slo))
             if problem := unmeasurable(slo, self.endpoint.streaming):

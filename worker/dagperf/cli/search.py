@@ -13,7 +13,7 @@ from dagperf.cli.flags import Commands, model_from_flags
 from dagperf.cli.roles import local_plan, profile_flags
 from dagperf.config import LoadConfig
 from dagperf.runtime.logs import setup_logging
-from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS, given_to_the_search
+from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS, search_load_problem
 
 RATE_PRECISION = 0.05
 
@@ -97,10 +97,12 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--num-profile-runs: a search runs each load once (see docs/search.md)")
     if problem := unmeasurable(objectives, args.streaming):
         parser.error(f"--slo: {problem}")
+    if not 0 < args.max_step_duration < math.inf:
+        parser.error(f"--max-step-duration: seconds above 0, got {args.max_step_duration}")
     parameter = args.search_parameter
-    given = given_to_the_search(parameter, model_from_flags(parser, args, LoadConfig))
-    if given is not None:
-        field, why = given
+    load = model_from_flags(parser, args, LoadConfig)
+    if refused := search_load_problem(parameter, load, args.max_step_duration):
+        field, why = refused
         parser.error(f"--{field.replace('_', '-')}: {why}")
     integer = parameter == "concurrency"
     sweep = _sweep(parser, args.sweep, integer)
@@ -109,16 +111,9 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         plan = SearchPlan(args.search_min, args.search_max, integer, precision, sweep)
     except ValueError as e:
         parser.error(str(e))
-    if not 0 < args.max_step_duration < math.inf:
-        parser.error(f"--max-step-duration: seconds above 0, got {args.max_step_duration}")
     if not 0 < args.confidence_level < 1:
         parser.error(f"--confidence-level: between 0 and 1, got {args.confidence_level}")
     counted = bool(args.request_count or args.num_conversations)  # each step runs its count
-    if args.benchmark_duration and args.benchmark_duration > args.max_step_duration:
-        parser.error(
-            "--benchmark-duration: the shortest a step runs, above "
-            f"--max-step-duration {args.max_step_duration:g}"
-        )
     if args.artifact_dir is None:
         args.artifact_dir = unused_default(args, f"{args.endpoint_type}-search-{parameter}")
     made = local_plan(args, parser)
