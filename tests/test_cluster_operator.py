@@ -27,6 +27,7 @@ DATASET = ROOT / "examples" / "dag_jsonl" / "three-roots.dag.jsonl"  # 3 roots, 
 KEY = "sk-cluster-secret"
 SIM = SimConfig(api_key=KEY, ttft_ms=5, itl_ms=1, output_tokens=8)
 _tests = itertools.count(1)
+CLI_REFUSAL = "--fixed-schedule needs a start time for every session (trace timestamps)"
 
 
 class Cluster:
@@ -190,15 +191,21 @@ async def test_dataset_errors_are_reported_before_any_pod_starts(cluster):
     })  # fmt: skip
     await cluster.start("bad", dataset={"configMapRef": {"name": "broken"}})
     await cluster.start("missing", dataset={"configMapRef": {"name": "nowhere"}})
+    await cluster.start("untimed", load={"fixedSchedule": True})  # a dataset without times
     bad = await cluster.until("bad", phase("Failed"))
     missing = await cluster.until("missing", phase("Failed"))
+    untimed = await cluster.until("untimed", phase("Failed"))
 
     valid = condition(bad, "DatasetValid")
     assert (valid["status"], valid["reason"]) == ("False", "InvalidDataset")
     assert "line 2: invalid JSON" in valid["message"]
     valid = condition(missing, "DatasetValid")
     assert (valid["status"], valid["reason"]) == ("False", "ConfigMapNotFound")
-    assert await cluster.owned("bad") == {} and await cluster.owned("missing") == {}
+    valid = condition(untimed, "DatasetValid")  # `dagperf profile --fixed-schedule`'s words
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidLoad")
+    assert valid["message"] == f"load: {CLI_REFUSAL}"
+    for name in ("bad", "missing", "untimed"):
+        assert await cluster.owned(name) == {}
     assert await cluster.pods("") == []
     # The operator may create Events (its RBAC), so a user sees why in `kubectl describe`.
     events = await eventually(

@@ -11,7 +11,7 @@ import pytest
 
 from dagperf.dataset.formats.dag_jsonl import read_dag_jsonl
 from dagperf.engine import Dispatcher
-from dagperf.engine.phase import Arrivals
+from dagperf.engine.pacing import Arrivals
 from dagperf.engine.timers import Timers
 from dagperf.graph import Payload, Tree, compile_dag_jsonl
 from dagperf.graph.sessions import GraphNode, SessionSpec, compile_sessions

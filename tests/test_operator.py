@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import subprocess
+import sys
 
 import msgspec
 import pytest
@@ -285,6 +287,43 @@ async def test_an_invalid_session_config_fails_with_its_problems_and_launches_no
     assert "num_sessions: Input should be greater than or equal to 1" in valid["message"]
     assert "surprise: unknown field" in valid["message"]
     assert await api.get(f"{JOBS}/demo-scheduler") is None
+
+
+def clis_refusal(dataset: bytes, *flags: str, directory) -> str:
+    """What `dagperf profile` says when it refuses to run this dataset under these flags."""
+    path = directory / "dataset.jsonl"
+    path.write_bytes(dataset)
+    command = [sys.executable, "-m", "dagperf", "profile", "--input-file", str(path), *flags]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=directory)
+    assert done.returncode == 2, done.stderr
+    return done.stderr.strip().splitlines()[-1].split(": error: ", 1)[1]
+
+
+async def test_a_load_its_dataset_cannot_run_is_refused_before_launch_as_the_cli_refuses_it(
+    kube, tmp_path
+):
+    """A fixed schedule on a dataset without timestamps: refused by the operator's preflight
+    with the CLI's words, not by the scheduler after its pods start."""
+    cluster, api, _ = kube
+    await api.create(f"{CORE}/configmaps", config_map())
+    await api.create(BENCH, benchmark(load={"fixedSchedule": True}))
+    b = await api.until(NS, "demo", phase("Failed"))
+    valid = condition(b, "DatasetValid")
+    said = clis_refusal(DATASET, "--fixed-schedule", directory=tmp_path)
+    assert said.startswith("--fixed-schedule needs a start time")
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidLoad")
+    assert valid["message"] == f"load: {said}"
+    await warned(cluster, "InvalidLoad")
+    assert await api.get(f"{JOBS}/demo-scheduler") is None
+    assert await api.get(f"{DEPLOYMENTS}/demo-workers") is None
+    # The same load on a trace with timestamps runs.
+    trace = b'{"timestamp": 0, "input_length": 10, "output_length": 2}\n'
+    await api.create(f"{CORE}/configmaps", config_map(trace, name="trace", key="t.jsonl"))
+    dataset = {"configMapRef": {"name": "trace"}, "type": "mooncake_trace"}
+    await api.create(BENCH, benchmark("timed", dataset=dataset, load={"fixedSchedule": True}))
+    b = await api.until(NS, "timed", phase("Pending"))
+    assert condition(b, "DatasetValid")["status"] == "True"
+    assert await api.get(f"{JOBS}/timed-scheduler") is not None
 
 
 async def test_a_missing_config_map(kube):

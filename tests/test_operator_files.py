@@ -442,6 +442,21 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
         ({"min": 8, "max": 2}, {}, "min 8 is above max 2"),
         ({"sweep": [1, 2.5]}, {}, "whole numbers for a concurrency"),
         ({}, {"load": {"concurrency": 4}}, "load.concurrency: the search sets it"),
+        (
+            {"parameter": "session_rate"},
+            {"load": {"fixedSchedule": True}},
+            "load.fixedSchedule: a rate search sets when roots arrive",
+        ),
+        (
+            {"parameter": "request_rate"},
+            {"load": {"durationSeconds": 5, "requestRate": 2.0}},
+            "load.requestRate: the search sets it",
+        ),
+        (
+            {"maxStepDuration": 30},
+            {"load": {"durationSeconds": 60}},
+            "load.durationSeconds: the shortest a step runs, above the longest a step measures",
+        ),
         ({}, {"endpoint": {"url": "http://llm:8000", "streaming": False}}, "needs --streaming"),
     ],
 )

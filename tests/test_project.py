@@ -102,7 +102,9 @@ def test_the_vocabulary_imports_nothing_of_dagperf():
 
 
 def test_no_function_needs_a_scroll_bar():
-    """At most 80 lines a function and 300 a class in worker/ and operator/."""
+    """At most 80 lines a function and 250 a class in worker/ and operator/: a class that
+    grows past it is split by what belongs together, not squeezed (see
+    test_no_code_is_packed_to_fit)."""
     import ast
 
     too_long = []
@@ -111,9 +113,21 @@ def test_no_function_needs_a_scroll_bar():
             lines = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and lines > 80:
                 too_long.append(f"{path.name}: {node.name}() has {lines} lines")
-            if isinstance(node, ast.ClassDef) and lines > 300:
+            if isinstance(node, ast.ClassDef) and lines > 250:
                 too_long.append(f"{path.name}: class {node.name} has {lines} lines")
     assert too_long == []
+
+
+def test_no_code_is_packed_to_fit():
+    """`# fmt: skip` (and `fmt: off`) in worker/ and operator/ let code dodge ruff format to
+    meet the size limits in fewer lines; ruff lays out the code."""
+    packed = []
+    for path in [*(ROOT / "worker").rglob("*.py"), *(ROOT / "operator").rglob("*.py")]:
+        name = path.relative_to(ROOT).as_posix()
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"#\s*fmt:\s*(skip|off)", line):
+                packed.append(f"{name}:{number}: {line.strip()}")
+    assert packed == []
 
 
 def test_shell_scripts_pass_shellcheck():

@@ -93,6 +93,12 @@ def test_no_load_meeting_the_objectives_exits_4_with_the_steps_written(tmp_path)
 def test_search_flags_are_checked_before_anything_runs(tmp_path):
     for flags, complaint in [
         (["--slo", "time_to_first_token:p99:9", "--concurrency", "2"], "--concurrency: the search"),
+        (["--slo", "request_latency:p99:9", "--search-parameter", "session_rate",
+          "--fixed-schedule"], "--fixed-schedule: a rate search sets when roots arrive"),
+        (["--slo", "request_latency:p99:9", "--search-parameter", "request_rate",
+          "--request-rate", "3"], "--request-rate: the search sets it"),
+        (["--slo", "request_latency:p99:9", "--benchmark-duration", "20",
+          "--max-step-duration", "10"], "--benchmark-duration: the shortest a step runs, above"),
         (["--slo", "ttft:p99:9"], "unknown metric 'ttft'"),
         (["--slo", "request_latency:p99:9", "--sweep", "1,2.5"], "a concurrency is a whole"),
         (["--slo", "request_latency:p99:9", "--search-min", "8", "--search-max", "2"],

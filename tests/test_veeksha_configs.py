@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from dagperf.dataset import DatasetError
-from dagperf.sources import resolve_cancel, synthetic_graph
+from dagperf.load import resolve_load
+from dagperf.sources import synthetic_graph
 from dagperf.vocabulary.config import LoadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,13 +167,13 @@ def test_a_failure_cancels_its_session_as_in_veeksha_unless_the_config_or_the_fl
         True, False, True, None,
     ]  # fmt: skip
     # the session config's word is the default; the flag, either way, wins
-    assert resolve_cancel(LoadConfig(), default).cancel_session_on_failure is True
-    assert resolve_cancel(LoadConfig(), off).cancel_session_on_failure is False
-    assert resolve_cancel(LoadConfig(), own).cancel_session_on_failure is False
+    assert resolve_load(LoadConfig(), default).cancel_session_on_failure is True
+    assert resolve_load(LoadConfig(), off).cancel_session_on_failure is False
+    assert resolve_load(LoadConfig(), own).cancel_session_on_failure is False
     flag_off = LoadConfig(cancel_session_on_failure=False)
-    assert resolve_cancel(flag_off, default).cancel_session_on_failure is False
+    assert resolve_load(flag_off, default).cancel_session_on_failure is False
     flag_on = LoadConfig(cancel_session_on_failure=True)
-    assert resolve_cancel(flag_on, off).cancel_session_on_failure is True
+    assert resolve_load(flag_on, off).cancel_session_on_failure is True
 
 
 def test_cancel_session_on_failure_must_be_true_or_false(tmp_path):

@@ -18,8 +18,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         import kopf
         from kubernetes.config import ConfigException
     except ModuleNotFoundError as e:  # installed without the extra that brings them
-        return _fail(f"needs {e.name}, which the operator extra installs: "
-                     "pip install 'dagperf[operator]'")  # fmt: skip
+        return _fail(
+            f"needs {e.name}, which the operator extra installs: pip install 'dagperf[operator]'"
+        )
 
     from dagperf_operator import handlers
     from dagperf_operator.kube import api_client
@@ -65,10 +66,11 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--verbose", action="store_true", help="log every step")
     parser.add_argument(
-        "--log-format", choices=("plain", "json"), default="plain",
-        help="plain text, or one JSON object per line for a log collector (default: "
-        "%(default)s)",
-    )  # fmt: skip
+        "--log-format",
+        choices=("plain", "json"),
+        default="plain",
+        help="plain text, or one JSON object per line for a log collector (default: %(default)s)",
+    )
     return parser
 
 

@@ -29,20 +29,30 @@ PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Progress", "type": "string", "jsonPath": ".status.progress.display"},
     {"name": "Req/s", "type": "number", "jsonPath": ".status.summary.requestThroughput"},
-    {"name": "TTFT p99", "type": "number", "jsonPath": ".status.summary.ttftP99Ms",
-     "description": "Time to first token, 99th percentile, in milliseconds"},
-    {"name": "Best", "type": "number", "jsonPath": ".status.search.best",
-     "description": "A search's answer: the highest load meeting every objective"},
+    {
+        "name": "TTFT p99",
+        "type": "number",
+        "jsonPath": ".status.summary.ttftP99Ms",
+        "description": "Time to first token, 99th percentile, in milliseconds",
+    },
+    {
+        "name": "Best",
+        "type": "number",
+        "jsonPath": ".status.search.best",
+        "description": "A search's answer: the highest load meeting every objective",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-]  # fmt: skip
+]
 
 # Rules the structural schema cannot state; checked by the API server (CEL, Kubernetes 1.25+).
 VALIDATIONS: dict[tuple[str, ...], list[dict[str, str]]] = {
     ("results", "persistentVolumeClaim"): [
-        {"rule": "has(self.claimName) != has(self.size)",
-         "message": "give either claimName (an existing claim) or size (a new one)"},
+        {
+            "rule": "has(self.claimName) != has(self.size)",
+            "message": "give either claimName (an existing claim) or size (a new one)",
+        },
     ],
-}  # fmt: skip
+}
 
 
 def structural(model: type[BaseModel]) -> dict[str, Any]:

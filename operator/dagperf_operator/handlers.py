@@ -35,7 +35,7 @@ from dagperf.vocabulary.contract import RunState, StatusReport, decode_status
 from dagperf.vocabulary.keys import KeySet
 from dagperf.vocabulary.tokens import TokenCounter, TokenizerError
 from dagperf_operator import manifests
-from dagperf_operator import status as st
+from dagperf_operator import status as benchmark_status
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
 from dagperf_operator.kube import Kube, api_client
 from dagperf_operator.preflight import check_dataset
@@ -126,7 +126,7 @@ def create(
         if problem := _check_tokenizer(parsed, namespace, kube):
             _fail(body, patch, conditions, Condition.DATASET_VALID, "InvalidTokenizer", problem)
             return
-        conditions = st.set_condition(
+        conditions = benchmark_status.set_condition(
             conditions, Condition.DATASET_VALID, True, "Valid", dataset.message
         )
         scrape, problem = _backend_metrics(parsed, namespace, kube)
@@ -151,14 +151,14 @@ def create(
 
 def _launched(name: str, spec: BenchmarkSpec, conditions: list[dict[str, Any]]) -> dict[str, Any]:
     """The status of a Benchmark whose pods were just created."""
-    conditions = st.set_condition(
+    conditions = benchmark_status.set_condition(
         conditions,
         Condition.RESOURCES_CREATED,
         True,
         "Created",
         "scheduler Job, Service and worker Deployment",
     )
-    conditions = st.set_condition(
+    conditions = benchmark_status.set_condition(
         conditions, Condition.WORKERS_READY, False, "Waiting", "waiting for worker pods to register"
     )
     expected = spec.workers.replicas * spec.workers.processes_per_pod
@@ -167,7 +167,7 @@ def _launched(name: str, spec: BenchmarkSpec, conditions: list[dict[str, Any]]) 
         "phase": Phase.PENDING,
         "message": "launched; waiting for the scheduler and workers",
         "conditions": conditions,
-        "startTime": st.now(),
+        "startTime": benchmark_status.now(),
         "workers": {"desired": expected, "registered": 0},
         "progress": {"requestsCompleted": 0, "errors": 0, "display": "0"},
         "resultsPath": f"{claim}:{manifests.RESULTS_DIR}/{name}" if claim else None,
@@ -242,8 +242,10 @@ def _fail(
 ) -> None:
     patch.status["phase"] = Phase.FAILED
     patch.status["message"] = message
-    patch.status["conditions"] = st.set_condition(conditions, kind, False, reason, message)
-    patch.status["completionTime"] = st.now()
+    patch.status["conditions"] = benchmark_status.set_condition(
+        conditions, kind, False, reason, message
+    )
+    patch.status["completionTime"] = benchmark_status.now()
     kopf.warn(body, reason=reason, message=message[:1000])
 
 
@@ -251,7 +253,7 @@ def _fail(
 
 
 def _active(status: kopf.Status, **_: Any) -> bool:
-    return status.get("phase") in st.ACTIVE
+    return status.get("phase") in benchmark_status.ACTIVE
 
 
 def monitor(
@@ -270,18 +272,19 @@ def monitor(
     pods = kube.pods(
         namespace, {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "scheduler"}
     )
-    end = st.finished(pods[-1] if pods else None, job)
+    end = benchmark_status.finished(pods[-1] if pods else None, job)
     conditions = list(status.get("conditions") or [])
     if end is None and job is None:
-        end = st.End(Phase.FAILED, "SchedulerMissing", "the scheduler Job was deleted")
+        deleted = "the scheduler Job was deleted"
+        end = benchmark_status.End(Phase.FAILED, "SchedulerMissing", deleted)
     if end is None:
         report = _scheduler_status(memo.settings, name, namespace)
         if report is None:
             return
-        patch.status.update(st.from_scheduler(report))
+        patch.status.update(benchmark_status.from_scheduler(report))
         workers = report.workers
         if workers.registered >= workers.desired:
-            conditions = st.set_condition(
+            conditions = benchmark_status.set_condition(
                 conditions,
                 Condition.WORKERS_READY,
                 True,
@@ -294,14 +297,14 @@ def monitor(
             patch.status["message"] = "running"
         return
     if end.final is not None:
-        patch.status.update(st.from_scheduler(end.final))
+        patch.status.update(benchmark_status.from_scheduler(end.final))
     done = end.phase in (Phase.SUCCEEDED, Phase.SUSPENDED)
-    patch.status["conditions"] = st.set_condition(
+    patch.status["conditions"] = benchmark_status.set_condition(
         conditions, Condition.COMPLETED, done, end.reason, end.message
     )
     patch.status["phase"] = end.phase
     patch.status["message"] = end.message
-    patch.status["completionTime"] = st.now()
+    patch.status["completionTime"] = benchmark_status.now()
     kube.scale_workers(namespace, names.workers, 0)
     if end.phase is Phase.FAILED:
         kopf.warn(body, reason=end.reason, message=end.message)
@@ -346,7 +349,7 @@ def spec_changed(
             f"changes to spec.{', spec.'.join(refused)} were not applied: a Benchmark's spec is "
             "fixed once it is created; delete it and create a new one"
         )
-        conditions = st.set_condition(
+        conditions = benchmark_status.set_condition(
             conditions, Condition.SPEC_ACCEPTED, False, "SpecImmutable", message
         )
         patch.status["conditions"] = conditions
@@ -369,11 +372,11 @@ def _suspend_changed(
     if not body["spec"].get("suspend"):
         if phase == Phase.SUSPENDED:
             message = "a suspended Benchmark does not resume; create a new one"
-            patch.status["conditions"] = st.set_condition(
+            patch.status["conditions"] = benchmark_status.set_condition(
                 conditions, Condition.SPEC_ACCEPTED, False, "CannotResume", message
             )
         return
-    if phase not in st.ACTIVE:
+    if phase not in benchmark_status.ACTIVE:
         return
     names = manifests.Names(name)
     url = _scheduler_url(settings, name, namespace, "/stop")
@@ -395,8 +398,8 @@ def _suspend_changed(
         {
             "phase": Phase.SUSPENDED,
             "message": message,
-            "completionTime": st.now(),
-            "conditions": st.set_condition(
+            "completionTime": benchmark_status.now(),
+            "conditions": benchmark_status.set_condition(
                 conditions, Condition.COMPLETED, True, "Suspended", message
             ),
         }
@@ -408,7 +411,7 @@ def _suspend_changed(
 
 def _expiring(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
     return (
-        status.get("phase") in st.TERMINAL_PHASES
+        status.get("phase") in benchmark_status.TERMINAL_PHASES
         and spec.get("ttlSecondsAfterFinished") is not None
     )
 
@@ -424,7 +427,7 @@ def expire(
 ) -> None:
     assert namespace is not None  # Benchmarks are namespaced
     ttl = spec["ttlSecondsAfterFinished"]
-    if st.expired(status.get("completionTime"), ttl, datetime.now(UTC)):
+    if benchmark_status.expired(status.get("completionTime"), ttl, datetime.now(UTC)):
         logger.info("finished over %d s ago: deleting (ttlSecondsAfterFinished)", ttl)
         memo.kube.delete_benchmark(namespace, name)
 
@@ -432,13 +435,13 @@ def expire(
 def registry(poll_interval_s: float) -> kopf.OperatorRegistry:
     """Every handler above, registered with kopf; the timers poll at this interval, and again
     this often after an error (not kopf's default minute)."""
-    r = kopf.OperatorRegistry()
-    kopf.on.startup(registry=r)(startup)
-    kopf.on.login(registry=r)(login)
-    changes: dict[str, Any] = {"retries": RETRIES, "backoff": 5, "registry": r}
+    handlers = kopf.OperatorRegistry()
+    kopf.on.startup(registry=handlers)(startup)
+    kopf.on.login(registry=handlers)(login)
+    changes: dict[str, Any] = {"retries": RETRIES, "backoff": 5, "registry": handlers}
     kopf.on.create(GROUP, VERSION, PLURAL, **changes)(create)
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", **changes)(spec_changed)
     polling: dict[str, Any] = {"interval": poll_interval_s, "backoff": poll_interval_s}
-    kopf.timer(GROUP, VERSION, PLURAL, when=_active, registry=r, **polling)(monitor)
-    kopf.timer(GROUP, VERSION, PLURAL, when=_expiring, registry=r, **polling)(expire)
-    return r
+    kopf.timer(GROUP, VERSION, PLURAL, when=_active, registry=handlers, **polling)(monitor)
+    kopf.timer(GROUP, VERSION, PLURAL, when=_expiring, registry=handlers, **polling)(expire)
+    return handlers

@@ -234,9 +234,12 @@ def _fetch_container(
 
 
 def scheduler_command(
-    name: str, spec: BenchmarkSpec, dataset_key: str | None, settings: OperatorSettings,
+    name: str,
+    spec: BenchmarkSpec,
+    dataset_key: str | None,
+    settings: OperatorSettings,
     scrape: tuple[str, ...] = (),
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """`scrape`: the metrics URLs of the backend pods (see `server_metrics_urls`)."""
     e, load = spec.endpoint, spec.load
     command = ["dagperf", "search" if spec.search else "scheduler"]
@@ -294,9 +297,12 @@ def scheduler_command(
 
 
 def scheduler_job(
-    name: str, spec: BenchmarkSpec, dataset_key: str | None, settings: OperatorSettings,
+    name: str,
+    spec: BenchmarkSpec,
+    dataset_key: str | None,
+    settings: OperatorSettings,
     scrape: tuple[str, ...] = (),
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     names = Names(name)
     image = spec.image or settings.image
     resources = _resources(spec.scheduler.resources, settings.scheduler_resources)
@@ -311,28 +317,9 @@ def scheduler_job(
         {"name": "zmq", "containerPort": settings.zmq_port},
         {"name": "metrics", "containerPort": settings.metrics_port},
     ]
-    volumes = []
-    if spec.dataset.tokenizer is not None:
-        mount = TOKENIZER_FILE.rsplit("/", 1)[0]
-        container["volumeMounts"].append(
-            {"name": "tokenizer", "mountPath": mount, "readOnly": True}
-        )
-        items = [{"key": spec.dataset.tokenizer.key, "path": TOKENIZER_FILE.rsplit("/", 1)[1]}]
-        volumes.append(
-            {
-                "name": "tokenizer",
-                "configMap": {"name": spec.dataset.tokenizer.name, "items": items},
-            }
-        )
-    volumes.append(_dataset_volume(spec))
-    container["volumeMounts"].append(
-        {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}
-    )
+    mounts, volumes = _scheduler_volumes(name, spec)
+    container["volumeMounts"] += mounts
     fetch = _fetch_container(spec, image, resources, settings)
-    container["volumeMounts"] += [
-        {"name": "results", "mountPath": RESULTS_DIR},
-        KEYS_MOUNT,
-    ]
     if spec.endpoint.model is None or spec.search:  # it lists models / its workers send
         container["env"] += _api_key_env(spec)
     container["terminationMessagePath"] = TERMINATION_LOG
@@ -341,12 +328,6 @@ def scheduler_job(
         "httpGet": {"path": "/healthz", "port": "metrics"},
         "periodSeconds": 5,
     }
-    claim = results_claim_name(name, spec)
-    results = (
-        {"name": "results", "persistentVolumeClaim": {"claimName": claim}}
-        if claim
-        else {"name": "results", "emptyDir": {}}
-    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -362,16 +343,47 @@ def scheduler_job(
                     "automountServiceAccountToken": False,  # they never call the API
                     **({"initContainers": [fetch]} if fetch else {}),
                     "containers": [container],
-                    "volumes": [
-                        results,
-                        {"name": "scratch", "emptyDir": {}},
-                        _keys_volume(name, FILES if spec.search else SCHEDULER_FILES),
-                        *volumes,
-                    ],
+                    "volumes": volumes,
                 },
             },
         },
     }
+
+
+def _scheduler_volumes(
+    name: str, spec: BenchmarkSpec
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The scheduler's mounts (beside its scratch space) and its pod's volumes: the results,
+    its keys, the tokenizer if one is named, and the dataset."""
+    claim = results_claim_name(name, spec)
+    results = (
+        {"name": "results", "persistentVolumeClaim": {"claimName": claim}}
+        if claim
+        else {"name": "results", "emptyDir": {}}
+    )
+    volumes = [
+        results,
+        {"name": "scratch", "emptyDir": {}},
+        _keys_volume(name, FILES if spec.search else SCHEDULER_FILES),
+    ]
+    mounts = []
+    if spec.dataset.tokenizer is not None:
+        directory, file = TOKENIZER_FILE.rsplit("/", 1)
+        mounts.append({"name": "tokenizer", "mountPath": directory, "readOnly": True})
+        items = [{"key": spec.dataset.tokenizer.key, "path": file}]
+        volumes.append(
+            {
+                "name": "tokenizer",
+                "configMap": {"name": spec.dataset.tokenizer.name, "items": items},
+            }
+        )
+    volumes.append(_dataset_volume(spec))
+    mounts += [
+        {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True},
+        {"name": "results", "mountPath": RESULTS_DIR},
+        KEYS_MOUNT,
+    ]
+    return mounts, volumes
 
 
 def scheduler_service(name: str, settings: OperatorSettings) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """What is checked of a Benchmark's dataset before anything is launched, from each source:
 
-- a ConfigMap: read through the API and parsed with the CLI's loader;
-- a URL: fetched by streaming to a temporary file, its SHA-256 checked, then parsed the same
-  way (the scheduler pod's init container fetches and checks it again: the file could change
-  in between);
+- a ConfigMap: read through the API and parsed with the CLI's loader, and the Benchmark's load
+  resolved against it as the CLI resolves it (`dagperf.load`): a load the CLI would refuse on
+  this dataset, such as a fixed schedule on one without timestamps, is refused here with the
+  CLI's message, not after the pods start;
+- a URL: fetched by streaming to a temporary file, its SHA-256 checked, then parsed and its
+  load resolved the same way (the scheduler pod's init container fetches and checks it again:
+  the file could change in between);
 - a claim: the operator mounts no volume, so it checks that the claim exists (a pod waiting on
   a missing claim would wait forever); the scheduler reads the file when it starts and, if it
   cannot run it, fails the Benchmark with the problems.
@@ -11,16 +14,20 @@
 
 from __future__ import annotations
 
+import functools
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from dagperf.dataset import DatasetError
 from dagperf.fetch import FetchError, local_copy, shown
+from dagperf.graph import RequestGraph
+from dagperf.load import LoadError, resolve_load
 from dagperf.sources import SESSION_CONFIG, load_graph, parse_graph, parse_synthetic_graph
-from dagperf_operator import status as st
 from dagperf_operator.kube import Kube
-from dagperf_operator.spec import BenchmarkSpec
+from dagperf_operator.spec import BenchmarkSpec, load_config
+from dagperf_operator.status import dataset_problems_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,38 +55,45 @@ def check_dataset(spec: BenchmarkSpec, namespace: str, kube: Kube) -> Checked:
     return _from_config_map(spec, namespace, kube)
 
 
-def _parsed(spec: BenchmarkSpec, data: bytes, source: str) -> list[str]:
+def _runnable(
+    spec: BenchmarkSpec, read: Callable[[], RequestGraph], message: str, key: str | None = None
+) -> Checked:
+    """The dataset `read` returns, checked as the CLI checks it: its problems, else whether
+    the Benchmark's load can run on it."""
     try:
-        if spec.dataset.type == SESSION_CONFIG:
-            parse_synthetic_graph(data, source)
-        else:
-            parse_graph(io.BytesIO(data), source, spec.dataset.type)
+        graph = read()
     except DatasetError as e:
-        return [p.short() for p in e.problems]
-    return []
+        problems = [p.short() for p in e.problems]
+        return Checked("InvalidDataset", dataset_problems_message(problems))
+    try:
+        resolve_load(load_config(spec.load), graph)
+    except LoadError as e:
+        return Checked("InvalidLoad", f"load: {e}")
+    return Checked(None, message, key)
 
 
 def _from_url(spec: BenchmarkSpec) -> Checked:
     ref = spec.dataset.url
     assert ref is not None
+    source = shown(ref.url)
     try:
         with local_copy(ref.url, ref.sha256) as path:
-            problems = _file_problems(spec, path, shown(ref.url))
+            read = functools.partial(_from_file, spec, path, source)
+            return _runnable(spec, read, f"url {source} (sha256 checked)")
     except FetchError as e:
         return Checked("FetchFailed", str(e))
-    if problems:
-        return Checked("InvalidDataset", st.dataset_problems_message(problems))
-    return Checked(None, f"url {shown(ref.url)} (sha256 checked)")
 
 
-def _file_problems(spec: BenchmarkSpec, path: Path, source: str) -> list[str]:
+def _from_file(spec: BenchmarkSpec, path: Path, source: str) -> RequestGraph:
     if spec.dataset.type == SESSION_CONFIG:
-        return _parsed(spec, path.read_bytes(), source)
-    try:
-        load_graph(path, spec.dataset.type, source)
-    except DatasetError as e:
-        return [p.short() for p in e.problems]
-    return []
+        return parse_synthetic_graph(path.read_bytes(), source)
+    return load_graph(path, spec.dataset.type, source)
+
+
+def _from_bytes(spec: BenchmarkSpec, data: bytes, source: str) -> RequestGraph:
+    if spec.dataset.type == SESSION_CONFIG:
+        return parse_synthetic_graph(data, source)
+    return parse_graph(io.BytesIO(data), source, spec.dataset.type)
 
 
 def _from_config_map(spec: BenchmarkSpec, namespace: str, kube: Kube) -> Checked:
@@ -101,7 +115,6 @@ def _from_config_map(spec: BenchmarkSpec, namespace: str, kube: Kube) -> Checked
         key = next(iter(files))
     if key not in files:
         return Checked("InvalidDataset", f"configmap/{ref.name} has no key {key!r}")
-    problems = _parsed(spec, files[key], f"configmap/{ref.name}/{key}")
-    if problems:
-        return Checked("InvalidDataset", st.dataset_problems_message(problems))
-    return Checked(None, f"configmap/{ref.name} key {key}", key)
+    data, source = files[key], f"configmap/{ref.name}/{key}"
+    read = functools.partial(_from_bytes, spec, data, source)
+    return _runnable(spec, read, f"configmap/{ref.name} key {key}", key)

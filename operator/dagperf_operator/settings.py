@@ -36,11 +36,14 @@ def _about(chart: str | None, doc: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class OperatorSettings:
-    image: str = field(default=f"dagperf:{__version__}", metadata=_about(
-        "image.repository, image.tag",
-        "The image of benchmark pods (the operator's own): repository and tag (default: the "
-        "chart's appVersion).",
-    ))  # fmt: skip
+    image: str = field(
+        default=f"dagperf:{__version__}",
+        metadata=_about(
+            "image.repository, image.tag",
+            "The image of benchmark pods (the operator's own): repository and tag (default: the "
+            "chart's appVersion).",
+        ),
+    )
     image_pull_policy: str = field(
         default="IfNotPresent",
         metadata=_about("image.pullPolicy", "Pull policy of benchmark pods."),
@@ -62,29 +65,48 @@ class OperatorSettings:
     zmq_port: int = field(
         default=5555, metadata=_about("benchmarkDefaults.zmqPort", "The scheduler's ZeroMQ port.")
     )
-    metrics_port: int = field(default=9090, metadata=_about(
-        "benchmarkDefaults.metricsPort", "The scheduler's /metrics and /status port."
-    ))  # fmt: skip
-    status_url: str = field(default="http://{service}.{namespace}.svc:{port}", metadata=_about(
-        None,
-        "How the operator reaches a scheduler's /status: its Service's cluster DNS name (a test "
-        "harness running pods as local processes points it at 127.0.0.1).",
-    ))  # fmt: skip
-    poll_interval_s: float = field(default=5.0, metadata=_about(
-        "operator.pollIntervalSeconds",
-        "How often a running Benchmark's status is refreshed from its scheduler, in seconds.",
-    ))  # fmt: skip
-    metrics_linger_s: float = field(default=15.0, metadata=_about(
-        "benchmarkDefaults.metricsLingerSeconds",
-        "How long a finished scheduler keeps serving /metrics, for a last scrape, in seconds.",
-    ))  # fmt: skip
-    run_as_user: int = field(default=10001, metadata=_about(
-        None, "The image's non-root user, which every pod runs as (the chart's too)."
-    ))  # fmt: skip
-    network_policy: bool = field(default=True, metadata=_about(
-        "benchmarkDefaults.networkPolicy",
-        "A NetworkPolicy per Benchmark admitting only its workers to its scheduler's ZeroMQ port.",
-    ))  # fmt: skip
+    metrics_port: int = field(
+        default=9090,
+        metadata=_about(
+            "benchmarkDefaults.metricsPort", "The scheduler's /metrics and /status port."
+        ),
+    )
+    status_url: str = field(
+        default="http://{service}.{namespace}.svc:{port}",
+        metadata=_about(
+            None,
+            "How the operator reaches a scheduler's /status: its Service's cluster DNS name "
+            "(a test harness running pods as local processes points it at 127.0.0.1).",
+        ),
+    )
+    poll_interval_s: float = field(
+        default=5.0,
+        metadata=_about(
+            "operator.pollIntervalSeconds",
+            "How often a running Benchmark's status is refreshed from its scheduler, in seconds.",
+        ),
+    )
+    metrics_linger_s: float = field(
+        default=15.0,
+        metadata=_about(
+            "benchmarkDefaults.metricsLingerSeconds",
+            "How long a finished scheduler keeps serving /metrics, for a last scrape, in seconds.",
+        ),
+    )
+    run_as_user: int = field(
+        default=10001,
+        metadata=_about(
+            None, "The image's non-root user, which every pod runs as (the chart's too)."
+        ),
+    )
+    network_policy: bool = field(
+        default=True,
+        metadata=_about(
+            "benchmarkDefaults.networkPolicy",
+            "A NetworkPolicy per Benchmark admitting only its workers to its scheduler's "
+            "ZeroMQ port.",
+        ),
+    )
     control_key: bytes = field(
         default_factory=lambda: secrets.token_bytes(32),
         repr=False,

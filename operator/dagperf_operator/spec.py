@@ -26,6 +26,7 @@ from dagperf.apis import APIS, described
 from dagperf.dataset.formats import FORMATS
 from dagperf.health.report import HealthOptions
 from dagperf.search.objectives import parse_objectives, unmeasurable
+from dagperf.search.plan import DEFAULT_MAX_STEP_S, search_load_problem
 from dagperf.sources import SESSION_CONFIG
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 from dagperf.vocabulary.catalog import OBJECTIVE_IS_CEILING
@@ -430,13 +431,14 @@ class BenchmarkSpec(_Model):
     def _load_as_the_cli_takes_it(self) -> BenchmarkSpec:
         """Rules across load fields (e.g. a rate and a fixed schedule at once) are the CLI's."""
         try:
-            load_config(self.load)
+            load = load_config(self.load)
         except ValidationError as e:
             raise ValueError("load: " + e.errors(include_url=False)[0]["msg"]) from None
         if self.search is not None:
-            field = "concurrency" if self.search.parameter == "concurrency" else "request_rate"
-            if getattr(self.load, field) is not None:
-                raise ValueError(f"load.{to_camel(field)}: the search sets it; leave it out")
+            max_step_s = self.search.max_step_duration or DEFAULT_MAX_STEP_S
+            if refused := search_load_problem(self.search.parameter, load, max_step_s):
+                field, why = refused
+                raise ValueError(f"load.{to_camel(LOAD_NAMES.get(field, field))}: {why}")
             slo = parse_objectives(" ".join(self.search.slo))
             if problem := unmeasurable(slo, self.endpoint.streaming):
                 raise ValueError(f"search.slo: {problem} (endpoint.streaming)")

@@ -143,9 +143,9 @@ def _nothing_succeeded(document: dict[str, Any], artifact_dir: str) -> str:
 def _error_lines(document: dict[str, Any]) -> list[str]:
     lines = []
     for entry in document.get("error_summary") or []:
-        e = entry["error_details"]
-        code = f"{e['code']} " if e["code"] is not None else ""
-        lines.append(f"Errors: {entry['count']} x {code}{e['type']}: {e['message']}")
+        details = entry["error_details"]
+        code = f"{details['code']} " if details["code"] is not None else ""
+        lines.append(f"Errors: {entry['count']} x {code}{details['type']}: {details['message']}")
     return lines
 
 
@@ -220,8 +220,10 @@ def _bounded(groups: dict[str, dict[str, Any]], view: Any, noun: str) -> str:
     rest = list(groups.values())[LINE_GROUPS:]
     if rest:
         requests = sum(v["requests"] for v in rest)
-        shown.append(f"{len(rest)} more {noun} ({requests} req): see dag_report in "
-                     "profile_export_aiperf.json")  # fmt: skip
+        shown.append(
+            f"{len(rest)} more {noun} ({requests} req): see dag_report in "
+            "profile_export_aiperf.json"
+        )
     return " | ".join(shown)
 
 
@@ -259,9 +261,11 @@ def _locality_lines(locality: dict[str, Any] | None) -> list[str]:
     ]
     home, away = locality.get("home_backend_ms"), locality.get("off_home_backend_ms")
     if home and away:
-        lines.append(f"  later requests at home avg {_number(home['avg'])} ms (p99 "
-                     f"{_number(home['p99'])}), away avg {_number(away['avg'])} ms (p99 "
-                     f"{_number(away['p99'])})")  # fmt: skip
+        lines.append(
+            f"  later requests at home avg {_number(home['avg'])} ms (p99 "
+            f"{_number(home['p99'])}), away avg {_number(away['avg'])} ms (p99 "
+            f"{_number(away['p99'])})"
+        )
     return lines
 
 

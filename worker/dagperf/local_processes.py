@@ -110,8 +110,10 @@ class LocalProcesses:
             fd = listening.fileno()
             process = self._start(
                 ["simulate", "--fd", str(fd), *launch.simulator_args],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, pass_fds=(fd,),
-            )  # fmt: skip
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                pass_fds=(fd,),
+            )
             return process, f"http://127.0.0.1:{listening.getsockname()[1]}"
 
     def _worker(
@@ -120,13 +122,25 @@ class LocalProcesses:
         path = ["--endpoint", launch.endpoint] if launch.endpoint else []
         return self._start(
             [
-                "worker", "--scheduler", self.address, "--keys", str(keys_dir),
-                "--url", self.url, *path, "--worker-id", name, "--wait-for-start",
-                "--log-format", launch.log_format, "--log-level", launch.log_level,
+                "worker",
+                "--scheduler",
+                self.address,
+                "--keys",
+                str(keys_dir),
+                "--url",
+                self.url,
+                *path,
+                "--worker-id",
+                name,
+                "--wait-for-start",
+                "--log-format",
+                launch.log_format,
+                "--log-level",
+                launch.log_level,
             ],
             env,  # the API key goes in the environment, never in argv
             stdin=subprocess.PIPE,
-        )  # fmt: skip
+        )
 
     async def serving(self) -> str:
         """The endpoint's URL, once the simulator (if it is ours) says it serves."""

@@ -30,9 +30,12 @@ async def run_repeated(plan: LocalPlan, runs: int, confidence: float, out: TextI
         load = plan.load.model_copy(update=update)
         graph = plan.graph if index == 1 else dataclasses.replace(plan.graph, warmup=())
         run_plan = dataclasses.replace(
-            plan, graph=graph, load=load, artifact_dir=plan.artifact_dir / "profile_runs" / label,
+            plan,
+            graph=graph,
+            load=load,
+            artifact_dir=plan.artifact_dir / "profile_runs" / label,
             input_config=plan.input_config | {"load": load.model_dump(mode="json")},
-        )  # fmt: skip
+        )
         outcome = await run_local(run_plan, Console(quiet=True))
         if outcome.interrupted:
             print(f"dagperf: interrupted in {label}; no aggregate written", file=out)

@@ -16,7 +16,7 @@ from dagperf.dataset.formats import FORMATS, ReadOptions
 from dagperf.dataset.loader import DatasetError, Problem, load_file, parse_stream
 from dagperf.dataset.specs import TraceDataset
 from dagperf.graph import RequestGraph, SessionKind
-from dagperf.vocabulary.config import LoadConfig
+from dagperf.load import timed
 
 if TYPE_CHECKING:
     from dagperf.dataset.formats.dag_jsonl import DagDataset
@@ -112,31 +112,6 @@ def _generated(source: str, read: Callable[[], Any]) -> RequestGraph:
     else:
         graph = _compile(source, generate_sessions(config), None)
     return dataclasses.replace(graph, cancel_session_on_failure=cancel)
-
-
-def timed(graph: RequestGraph) -> bool:
-    """Every root has a start time: the dataset can run on its own schedule."""
-    return all(tree.start_s is not None for tree in graph.trees)
-
-
-def resolve_schedule(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
-    """A timed dataset runs on its schedule unless a concurrency or rate is asked for (or
-    --no-fixed-schedule); --fixed-schedule on a dataset without times is a ValueError."""
-    if load.fixed_schedule is None:
-        auto = timed(graph) and not load.concurrency and not load.request_rate
-        return load.model_copy(update={"fixed_schedule": auto})
-    if load.fixed_schedule and not timed(graph):
-        raise ValueError("--fixed-schedule needs a start time for every session (trace timestamps)")
-    return load
-
-
-def resolve_cancel(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
-    """--[no-]cancel-session-on-failure, or else what the session config says, or else off."""
-    if load.cancel_session_on_failure is not None:
-        return load
-    return load.model_copy(
-        update={"cancel_session_on_failure": bool(graph.cancel_session_on_failure)}
-    )
 
 
 def summary(graph: RequestGraph) -> dict[str, int]:

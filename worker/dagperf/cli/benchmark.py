@@ -24,12 +24,8 @@ from dagperf.dataset.formats import FORMATS, ReadOptions
 from dagperf.fetch import FetchError, is_url, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.health import HealthOptions, health_command
-from dagperf.sources import (
-    load_graph,
-    resolve_cancel,
-    resolve_schedule,
-    synthetic_graph,
-)
+from dagperf.load import LoadError, resolve_load
+from dagperf.sources import load_graph, synthetic_graph
 from dagperf.vocabulary.config import LoadConfig
 
 FLAG_OF_FIELD = {"backend_headers": "backend_header"}  # a list field of a repeatable flag
@@ -49,14 +45,16 @@ def benchmark_flags(parser: argparse.ArgumentParser, url_required: bool) -> None
 def _dataset_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("dataset (a file, or a synthetic session config)")
     group.add_argument(
-        "--input-file", metavar="FILE",
+        "--input-file",
+        metavar="FILE",
         help="the dataset file, or an http(s) URL of one (with --input-sha256)",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--input-sha256", metavar="HEX",
+        "--input-sha256",
+        metavar="HEX",
         help="the SHA-256 the dataset file must have: required for a URL, checked before the "
         "file is read",
-    )  # fmt: skip
+    )
     group.add_argument(
         "--custom-dataset-type",
         choices=tuple(FORMATS),
@@ -97,15 +95,21 @@ def _endpoint_flags(parser: argparse.ArgumentParser, url_required: bool) -> None
         "when it can be, or give a whole JSON object)",
     )
     group.add_argument(
-        "--request-timeout-seconds", type=float, default=600.0, metavar="S",
+        "--request-timeout-seconds",
+        type=float,
+        default=600.0,
+        metavar="S",
         help="a request with no complete response within S seconds of being sent fails with "
         "a TimeoutError record (default: %(default)g)",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--backend-header", action="append", default=[], metavar="NAME",
+        "--backend-header",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="a response header naming the backend that served each request (repeatable, "
         "tried in order; default: the address that answered); see docs/backends.md",
-    )  # fmt: skip
+    )
     group.add_argument(
         "--session-affinity-header",
         action="append",
@@ -127,64 +131,93 @@ def output_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--quiet", action="store_true", help="no progress, only the summary")
     group.add_argument(
-        "--report", action="store_true",
+        "--report",
+        action="store_true",
         help="write report.html (see `dagperf report`) into the artifact directory at the end",
-    )  # fmt: skip
+    )
     log_flags(parser)
 
 
 def report_flags(parser: argparse.ArgumentParser, metrics_port: int | None) -> None:
     group = parser.add_argument_group("metrics")
     group.add_argument(
-        "--tokenizer", metavar="PATH",
+        "--tokenizer",
+        metavar="PATH",
         help="a local tokenizer.json (or its directory) for token counts the server does not "
         "report; never downloaded (default: the server's usage, else estimates)",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--goodput", action="append", default=[], metavar='"METRIC:VALUE ..."',
-        help="service-level objectives, e.g. \"time_to_first_token:100 inter_token_latency:10\" "
+        "--goodput",
+        action="append",
+        default=[],
+        metavar='"METRIC:VALUE ..."',
+        help='service-level objectives, e.g. "time_to_first_token:100 inter_token_latency:10" '
         "(ms; a floor for output_token_throughput_per_user): goodput counts requests meeting all",
-    )  # fmt: skip
+    )
     shown = "off" if metrics_port is None else str(metrics_port)
     group.add_argument(
-        "--metrics-port", type=int, default=metrics_port, metavar="PORT",
+        "--metrics-port",
+        type=int,
+        default=metrics_port,
+        metavar="PORT",
         help=f"serve /metrics (Prometheus), /status and /healthz on this port (default: {shown}; "
         "0 picks a free one)",
-    )  # fmt: skip
+    )
     group.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
     group.add_argument(
-        "--metrics-linger", type=float, default=0.0, metavar="S",
+        "--metrics-linger",
+        type=float,
+        default=0.0,
+        metavar="S",
         help="keep serving /metrics this long after the run, for a last scrape",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--summary-file", type=Path, metavar="PATH",
+        "--summary-file",
+        type=Path,
+        metavar="PATH",
         help="also write a compact JSON summary (under 4 KB) here, e.g. a termination message",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--max-error-rate", type=float, default=verdict.DEFAULT_MAX_ERROR_RATE,
+        "--max-error-rate",
+        type=float,
+        default=verdict.DEFAULT_MAX_ERROR_RATE,
         metavar="FRACTION",
         help="fail the run (exit code 3) when the endpoint failed more than this fraction of "
         "the requests it answered or failed (requests the run cut short are not errors); 1.0 "
         "fails only a run where every request failed (default: %(default)s)",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--slice-duration", type=float, metavar="S",
+        "--slice-duration",
+        type=float,
+        metavar="S",
         help="also export the run in windows of S seconds (profile_export_aiperf_timeslices"
         ".json and .csv): each window's requests, throughput and metric statistics",
-    )  # fmt: skip
+    )
+    _server_metrics_flags(group)
     group.add_argument(
-        "--server-metrics-url", action="append", default=[], metavar="URL",
+        "--benchmark-name",
+        metavar="NAME",
+        help="the `benchmark` label of the live metrics (default: the artifact directory's name)",
+    )
+
+
+def _server_metrics_flags(group: argparse._ArgumentGroup) -> None:
+    """The servers' own metrics, scraped during the run (docs/backends.md)."""
+    group.add_argument(
+        "--server-metrics-url",
+        action="append",
+        default=[],
+        metavar="URL",
         help="a Prometheus text endpoint of a server (a vLLM or SGLang pod, a DCGM exporter) "
         "to scrape during the run into server_metrics.jsonl (repeatable); see docs/backends.md",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--server-metrics-interval", type=float, default=1.0, metavar="S",
+        "--server-metrics-interval",
+        type=float,
+        default=1.0,
+        metavar="S",
         help="seconds between scrapes (default: %(default)s)",
-    )  # fmt: skip
-    group.add_argument(
-        "--benchmark-name", metavar="NAME",
-        help="the `benchmark` label of the live metrics (default: the artifact directory's name)",
-    )  # fmt: skip
+    )
 
 
 def report_options(
@@ -280,10 +313,17 @@ def graph_and_load(
     if graph is None:
         return None
     try:
-        load = resolve_cancel(resolve_schedule(_default_stop(load, graph), graph), graph)
-    except ValueError as e:
+        resolved = resolve_load(load, graph)
+    except LoadError as e:
         parser.error(str(e))
-    return graph, load
+    if resolved.num_conversations != load.num_conversations:
+        log.info(
+            "No request count or conversation count provided; defaulting --num-conversations "
+            "to %d (run each root in the file once). Use --request-count for a literal "
+            "wire-request cap instead.",
+            resolved.num_conversations,
+        )
+    return graph, resolved
 
 
 def _read_options(
@@ -362,33 +402,24 @@ def _extra_inputs(parser: argparse.ArgumentParser, items: list[str]) -> dict[str
     return out
 
 
-def _default_stop(load: LoadConfig, graph: RequestGraph) -> LoadConfig:
-    if load.request_count or load.num_conversations or load.benchmark_duration:
-        return load
-    log.info(
-        "No request count or conversation count provided; defaulting --num-conversations to %d "
-        "(run each root in the file once). Use --request-count for a literal wire-request cap "
-        "instead.",
-        graph.root_count,
-    )
-    return load.model_copy(update={"num_conversations": graph.root_count})
-
-
 def artifact_dir_for(args: argparse.Namespace, load: LoadConfig) -> Path:
     """--artifact-dir, said when it already holds files (they are overwritten, as AIPerf's
     are: the user named it); else a default of its own that no earlier run used."""
     if args.artifact_dir is not None:
         named = Path(args.artifact_dir)
         if _holds_files(named):
-            print(f"dagperf: {named} already holds files (--artifact-dir); this run's files "
-                  "replace those of the same names", file=sys.stderr)  # fmt: skip
+            print(
+                f"dagperf: {named} already holds files (--artifact-dir); this run's files "
+                "replace those of the same names",
+                file=sys.stderr,
+            )
         return named
     if load.request_rate:
         shape = f"rate{load.request_rate:g}"
     elif load.fixed_schedule:
         shape = "schedule" + (f"-concurrency{load.concurrency}" if load.concurrency else "")
     else:
-        shape = f"concurrency{load.concurrency or 1}"
+        shape = f"concurrency{load.root_limit}"
     return unused_default(args, f"{args.endpoint_type}-{shape}")
 
 
@@ -402,8 +433,11 @@ def unused_default(args: argparse.Namespace, kind: str) -> Path:
         number += 1
         directory = first.with_name(f"{first.name}-{number}")
     if directory != first:
-        print(f"dagperf: {first} holds an earlier run; this one goes to {directory} "
-              "(--artifact-dir DIR to choose)", file=sys.stderr)  # fmt: skip
+        print(
+            f"dagperf: {first} holds an earlier run; this one goes to {directory} "
+            "(--artifact-dir DIR to choose)",
+            file=sys.stderr,
+        )
     return directory
 
 

@@ -26,11 +26,13 @@ Commands: TypeAlias = "argparse._SubParsersAction[CommandParser]"  # add_subpars
 
 def keys_flag(group: Any, holding: str, otherwise: str = "") -> None:
     group.add_argument(
-        "--keys", metavar="DIR", type=Path,
+        "--keys",
+        metavar="DIR",
+        type=Path,
         default=Path(os.environ[KEYS_ENV]) if os.environ.get(KEYS_ENV) else None,
         help=f"the key directory `dagperf keys` wrote: {holding} (default: ${KEYS_ENV}"
         f"{otherwise}); the wire is always CURVE-authenticated and encrypted",
-    )  # fmt: skip
+    )
 
 
 def role_keys(parser: argparse.ArgumentParser, args: argparse.Namespace, load: Any) -> Any:
@@ -50,9 +52,11 @@ def log_flags(parser: argparse.ArgumentParser) -> None:
         help="text, or JSON lines for CI and pods (default: %(default)s)",
     )
     parser.add_argument(
-        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="the least severe log lines shown, on stderr (default: %(default)s)",
-    )  # fmt: skip
+    )
 
 
 def add_model_flags(

@@ -85,14 +85,20 @@ def profile_flags(profile: argparse.ArgumentParser) -> None:
     add_model_flags(profile, SimConfig, "built-in simulator (used without --url)", prefix="sim-")
     repeats = profile.add_argument_group("repeats")
     repeats.add_argument(
-        "--num-profile-runs", type=int, default=1, metavar="N",
+        "--num-profile-runs",
+        type=int,
+        default=1,
+        metavar="N",
         help="run N times (the same workload and seed; the warm-up once) and report each "
         "figure's mean and confidence interval, flagging figures whose runs disagree",
-    )  # fmt: skip
+    )
     repeats.add_argument(
-        "--confidence-level", type=float, default=0.95, metavar="LEVEL",
+        "--confidence-level",
+        type=float,
+        default=0.95,
+        metavar="LEVEL",
         help="of the intervals (default: %(default)s)",
-    )  # fmt: skip
+    )
 
 
 def add_scheduler(commands: Commands) -> None:
@@ -244,9 +250,14 @@ def checked_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if args.keys is not None:
         role_keys(parser, args, load_scheduler_keys)  # a bad key set is a usage error
     launch = Launch(
-        args.workers, args.url, args.endpoint, endpoint["api_key"], args.keys,
-        args.log_format, simulator_args=_simulator_args(sim),
-    )  # fmt: skip
+        args.workers,
+        args.url,
+        args.endpoint,
+        endpoint["api_key"],
+        args.keys,
+        args.log_format,
+        simulator_args=_simulator_args(sim),
+    )
     return ProfileFlags(endpoint, load, health, launch)
 
 
@@ -363,9 +374,14 @@ def _worker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValidationError as e:
         parser.error(f"--url: {e.errors(include_url=False)[0]['msg']}")
     config = WorkerConfig(
-        args.scheduler, args.worker_id, keys, endpoint.url, endpoint.endpoint,
-        args.scheduler_timeout, api_key or None,
-    )  # fmt: skip
+        args.scheduler,
+        args.worker_id,
+        keys,
+        endpoint.url,
+        endpoint.endpoint,
+        args.scheduler_timeout,
+        api_key or None,
+    )
     log_flags = [f"--log-format={args.log_format}", f"--log-level={args.log_level}"]
     if args.wait_for_start and not sys.stdin.readline():
         return verdict.OK  # the run that started this worker ended before it began

@@ -9,10 +9,11 @@ import sys
 
 from dagperf import verdict
 from dagperf.cli.benchmark import unused_default, write_runs_report
-from dagperf.cli.flags import Commands
+from dagperf.cli.flags import Commands, model_from_flags
 from dagperf.cli.roles import local_plan, profile_flags
 from dagperf.runtime.logs import setup_logging
-from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS
+from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS, search_load_problem
+from dagperf.vocabulary.config import LoadConfig
 
 RATE_PRECISION = 0.05
 
@@ -32,32 +33,52 @@ def add_search(commands: Commands) -> None:
     profile_flags(search)
     group = search.add_argument_group("search")
     group.add_argument(
-        "--slo", required=True, metavar='"METRIC:STAT:VALUE ..."',
-        help="objectives every step is judged on, e.g. \"time_to_first_token:p99:500 "
-        "error_rate:max:0.01\" (ms for times; STAT avg, min, max or p1..p99)",
-    )  # fmt: skip
+        "--slo",
+        required=True,
+        metavar='"METRIC:STAT:VALUE ..."',
+        help='objectives every step is judged on, e.g. "time_to_first_token:p99:500 '
+        'error_rate:max:0.01" (ms for times; STAT avg, min, max or p1..p99)',
+    )
     group.add_argument(
-        "--search-parameter", choices=tuple(PARAMETERS), default="concurrency",
+        "--search-parameter",
+        choices=tuple(PARAMETERS),
+        default="concurrency",
         help="the load varied (default: %(default)s; session_rate is roots per second)",
-    )  # fmt: skip
-    group.add_argument("--search-min", type=float, default=1.0, metavar="V",
-                       help="the lowest load tried, first (default: %(default)s)")  # fmt: skip
-    group.add_argument("--search-max", type=float, default=256.0, metavar="V",
-                       help="the highest load tried (default: %(default)s)")  # fmt: skip
+    )
     group.add_argument(
-        "--search-precision", type=float, metavar="P",
+        "--search-min",
+        type=float,
+        default=1.0,
+        metavar="V",
+        help="the lowest load tried, first (default: %(default)s)",
+    )
+    group.add_argument(
+        "--search-max",
+        type=float,
+        default=256.0,
+        metavar="V",
+        help="the highest load tried (default: %(default)s)",
+    )
+    group.add_argument(
+        "--search-precision",
+        type=float,
+        metavar="P",
         help=f"stop when the answer is within this of the lowest load that missed: a share "
         f"for a rate (default {RATE_PRECISION}), a step for a concurrency (default 1)",
-    )  # fmt: skip
-    group.add_argument("--sweep", metavar="V,V,...",
-                       help="try exactly these loads, in order, instead of searching")  # fmt: skip
+    )
     group.add_argument(
-        "--max-step-duration", type=float, default=DEFAULT_MAX_STEP_S, metavar="S",
+        "--sweep", metavar="V,V,...", help="try exactly these loads, in order, instead of searching"
+    )
+    group.add_argument(
+        "--max-step-duration",
+        type=float,
+        default=DEFAULT_MAX_STEP_S,
+        metavar="S",
         help="the longest a step measures: each runs at least --benchmark-duration (default "
         "0), then until every objective is met or missed (--confidence-level for percentiles), "
         "at most this long, and says undecided if it still cannot (default: %(default)s; "
         "ignored under --request-count or --num-conversations, which a step runs as given)",
-    )  # fmt: skip
+    )
     search.set_defaults(run=_search)
 
 
@@ -76,13 +97,13 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--num-profile-runs: a search runs each load once (see docs/search.md)")
     if problem := unmeasurable(objectives, args.streaming):
         parser.error(f"--slo: {problem}")
+    if not 0 < args.max_step_duration < math.inf:
+        parser.error(f"--max-step-duration: seconds above 0, got {args.max_step_duration}")
     parameter = args.search_parameter
-    given = {"concurrency": args.concurrency, "request_rate": args.request_rate}
-    field = "concurrency" if parameter == "concurrency" else "request_rate"
-    if given[field] is not None:
-        parser.error(f"--{field.replace('_', '-')}: the search sets it; leave it out")
-    if parameter != "concurrency" and args.concurrency is None and args.fixed_schedule:
-        parser.error("--fixed-schedule: a rate search sets when roots arrive; leave it out")
+    load = model_from_flags(parser, args, LoadConfig)
+    if refused := search_load_problem(parameter, load, args.max_step_duration):
+        field, why = refused
+        parser.error(f"--{field.replace('_', '-')}: {why}")
     integer = parameter == "concurrency"
     sweep = _sweep(parser, args.sweep, integer)
     precision = args.search_precision or (1.0 if integer else RATE_PRECISION)
@@ -90,14 +111,9 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         plan = SearchPlan(args.search_min, args.search_max, integer, precision, sweep)
     except ValueError as e:
         parser.error(str(e))
-    if not 0 < args.max_step_duration < math.inf:
-        parser.error(f"--max-step-duration: seconds above 0, got {args.max_step_duration}")
     if not 0 < args.confidence_level < 1:
         parser.error(f"--confidence-level: between 0 and 1, got {args.confidence_level}")
     counted = bool(args.request_count or args.num_conversations)  # each step runs its count
-    if args.benchmark_duration and args.benchmark_duration > args.max_step_duration:
-        parser.error("--benchmark-duration: the shortest a step runs, above "
-                     f"--max-step-duration {args.max_step_duration:g}")  # fmt: skip
     if args.artifact_dir is None:
         args.artifact_dir = unused_default(args, f"{args.endpoint_type}-search-{parameter}")
     made = local_plan(args, parser)
@@ -105,9 +121,14 @@ def _search(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return verdict.USAGE
     base, _ = made
     search = Search(
-        parameter, objectives, plan, base, base.artifact_dir, args.confidence_level,
+        parameter,
+        objectives,
+        plan,
+        base,
+        base.artifact_dir,
+        args.confidence_level,
         None if counted else args.max_step_duration,
-    )  # fmt: skip
+    )
 
     async def go() -> int:
         code = await run_search(search, sys.stdout)

@@ -31,9 +31,11 @@ def add_validate(commands: Commands) -> None:
         "input_file", metavar="FILE", nargs="?", help="a dataset file, or an http(s) URL of one"
     )
     validate.add_argument(
-        "--sha256", dest="input_sha256", metavar="HEX",
+        "--sha256",
+        dest="input_sha256",
+        metavar="HEX",
         help="the SHA-256 the file must have (required for a URL)",
-    )  # fmt: skip
+    )
     validate.add_argument(
         "--custom-dataset-type",
         choices=tuple(FORMATS),
@@ -59,9 +61,10 @@ def add_fetch(commands: Commands) -> None:
     source = fetch.add_mutually_exclusive_group(required=True)
     source.add_argument("url", metavar="URL", nargs="?", help="the file's http(s) URL")
     source.add_argument(
-        "--url-env", metavar="NAME",
+        "--url-env",
+        metavar="NAME",
         help="read the URL from this environment variable (keeps it off the command line)",
-    )  # fmt: skip
+    )
     fetch.add_argument(
         "--sha256", required=True, metavar="HEX", help="the SHA-256 the file must have"
     )
@@ -99,19 +102,27 @@ def add_report(commands: Commands) -> None:
         "One run's report goes into its directory unless --output says otherwise.",
     )
     report.add_argument(
-        "run_dirs", metavar="RUN_DIR", nargs="+", type=Path,
+        "run_dirs",
+        metavar="RUN_DIR",
+        nargs="+",
+        type=Path,
         help="a finished run's artifact directory; several are compared in one report",
-    )  # fmt: skip
+    )
     report.add_argument(
-        "--output", type=Path, metavar="PATH",
+        "--output",
+        type=Path,
+        metavar="PATH",
         help="the file, or a directory for report.html (default: the run directory for one "
         "run, the current directory for several)",
-    )  # fmt: skip
+    )
     report.add_argument(
-        "--label", action="append", default=[], metavar="NAME",
+        "--label",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="a run's name in the report, once per RUN_DIR in order (default: its directory's "
         "name)",
-    )  # fmt: skip
+    )
     report.set_defaults(run=_report)
 
 
@@ -154,8 +165,11 @@ def add_simulate(commands: Commands) -> None:
 def _keys(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     present = [name for name in FILES if (args.directory / name).exists()]
     if present and not args.force:
-        print(f"dagperf: {args.directory} already holds keys ({', '.join(present)}); "
-              "--force replaces them", file=sys.stderr)  # fmt: skip
+        print(
+            f"dagperf: {args.directory} already holds keys ({', '.join(present)}); "
+            "--force replaces them",
+            file=sys.stderr,
+        )
         return 1
     try:
         KeySet.generate().write(args.directory)

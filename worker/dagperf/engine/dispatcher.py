@@ -34,38 +34,29 @@ graph's warm-up trees, one at a time) and one of `warmup_request_count` requests
 A failure can also stop one tree only (--cancel-session-on-failure: `runs`); the armed nodes its
 other flights carry are disarmed here.
 
-The parts it drives are pure too: `phase` (a phase's limits, counts and root arrivals), `runs`
-(one tree run's node and session states, and what ending a node releases), `flights` (credits,
-routing pins and arming) and `timers`.
+The parts it drives are pure too: `phase` (a phase's limits and counts), `pacing` (when roots
+may start, and when the clock ends a phase), `outgoing` (what a phase sends: delays, the send
+queue, the flights on the wire), `runs` (one tree run's node and session states, and what ending
+a node releases) and `flights` (credits, routing pins and arming). The dispatcher holds the
+sequence of phases and how one stops, and turns each event into calls on them.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import deque
 from collections.abc import Callable, Collection
 
 from dagperf.dataset.loader import DatasetError
-from dagperf.engine.flights import Flight, Flights, armed_in, armed_under, settle_armed
+from dagperf.engine.flights import Flight, Flights, armed_in, armed_under
 from dagperf.engine.orders import Orders
-from dagperf.engine.phase import (
-    Arrivals,
-    Phase,
-    PhasePlan,
-    Progress,
-    Rotation,
-    Slots,
-    Stage,
-    stages,
-)
+from dagperf.engine.outgoing import Outgoing
+from dagperf.engine.pacing import Pacing
+from dagperf.engine.phase import Phase, PhasePlan, Progress, Rotation, Stage, stages
 from dagperf.engine.routing import RendezvousRouter
 from dagperf.engine.runs import NodeState, TreeRun
-from dagperf.engine.timers import Timers
 from dagperf.engine.window import Until, Window
 from dagperf.graph import RequestGraph
 from dagperf.vocabulary.config import LoadConfig
-
-_DUE, _ARRIVAL, _DURATION, _GRACE, _RAMP = range(5)
 
 
 class Dispatcher:
@@ -84,16 +75,13 @@ class Dispatcher:
         self._load = load
         self._clock = clock
         self._trees, self._warmups = Rotation(graph.trees), Rotation(graph.warmup)
-        self._arrivals = Arrivals(graph, load)
-        concurrency = load.concurrency or (None if self._arrivals.on else 1)
-        self._slots = Slots(concurrency, load.concurrency_ramp_up)
+        self._pacing = Pacing(graph, load, until)
         self.router = RendezvousRouter()
         self._flights = Flights(self.router, new_id)
         self._run_ids = 0
         self.failure: str | None = None  # why the run failed, when it did
         self.finished = False
         self.orders = Orders()  # what the caller is to carry out, drained after each event
-        self.window = Window(load, until)  # when the profiling measures, and until when
         self._stages = stages(graph, load)
         self._start_phase(self._stages.popleft())
         self._begun = False
@@ -103,7 +91,7 @@ class Dispatcher:
     def begin(self) -> None:
         """Start sending; call once workers are registered."""
         self._begun = True
-        self._arm_phase()
+        self._pacing.begin(self._plan, self._clock())
         self._advance()
 
     def add_worker(self, worker: str) -> None:
@@ -114,10 +102,10 @@ class Dispatcher:
         """A worker is gone: its requests in flight failed, and the history it held is lost,
         so every session routed to it ends. Returns the lost flights, for error records."""
         self.router.remove(worker)
-        lost = [f for f in self._inflight.values() if f.worker == worker]
+        lost = [f for f in self._out.wire.values() if f.worker == worker]
         for flight in lost:
-            self._account(flight, ok=False, cut=True)  # the run's loss, not the endpoint's error
-            self._settle_armed(flight, ())
+            self._out.land(flight, ok=False, cut=True)  # the run's loss, not the endpoint's error
+            self._out.settle(flight, (), self._measuring)
             self._end(flight.run, flight.node, NodeState.FAILED)
         for run in list(self._runs.values()):
             for i in run.unpin(worker):
@@ -134,11 +122,11 @@ class Dispatcher:
         """A result came back (`cancelled`: cut short by the run itself, neither a success nor
         an error), naming the armed credits its worker started; returns its flight, or None for
         an unknown or stale credit."""
-        flight = self._inflight.get(credit)
+        flight = self._out.wire.get(credit)
         if flight is None:
             return None
-        self._account(flight, ok, cancelled)
-        self._settle_armed(flight, started if ok else ())
+        self._out.land(flight, ok, cancelled)
+        self._out.settle(flight, started if ok else (), self._measuring)
         self._end(flight.run, flight.node, NodeState.OK if ok else NodeState.FAILED, cancelled)
         self._advance()
         return flight
@@ -146,32 +134,19 @@ class Dispatcher:
     def tick(self) -> None:
         """Fire every timer that is due."""
         now = self._clock()
-        for due, kind, run, node in self._timers.due(now):
-            if kind == _DUE:
-                assert run is not None  # a due timer belongs to a run; an arrival has none yet
-                if run.id in self._runs and run.nodes[node] == NodeState.READY:
-                    self._queue.append((run, node))
-            elif kind == _ARRIVAL and not self._closed:
-                if self._p.arrive():
-                    self._at(self._arrivals.after(due), _ARRIVAL)
-            elif kind == _DURATION:
-                reason, again = self.window.due(now, len(self._inflight), len(self._runs))
-                if again is not None and not self._closed:  # not decided yet: look again
-                    self._at(again, _DURATION)
-                else:
-                    self._close(reason or "benchmark duration reached")
-                    self._at(now + self._load.benchmark_grace_period, _GRACE)
-            elif kind == _GRACE:
-                self._cancel_everything()
-            elif kind == _RAMP and (step := self._slots.grow(due)) is not None:
-                self._at(step, _RAMP)
+        self._out.due(now, self._runs)
+        due = self._pacing.due(now, len(self._out.wire), len(self._runs))
+        if due.close_reason is not None:
+            self._close(due.close_reason)
+        if due.grace_over:
+            self._out.cancel_all()
         self._advance()
 
     def interrupt(self, reason: str) -> None:
         """Stop sending and cancel everything in flight (Ctrl-C)."""
         if not self.finished:
             self._close(reason)
-            self._cancel_everything()
+            self._out.cancel_all()
             self._advance()
 
     def fail(self, reason: str) -> None:
@@ -186,183 +161,126 @@ class Dispatcher:
         so a stop asked for (a suspended Benchmark) keeps every answer it can."""
         if not self.finished and not self._closed:
             self._close(reason)
-            self._at(self._clock() + self._load.benchmark_grace_period, _GRACE)
+            self._pacing.grace(self._clock())
             self._advance()
 
     # --- outputs ----------------------------------------------------------------------------
 
     def drain_cancels(self) -> list[Flight]:
         """The cancels ordered (`orders`) whose requests are still in flight."""
-        return self.orders.drain_cancels(self._inflight)
+        return self.orders.drain_cancels(self._out.wire)
 
     def next_deadline(self) -> float | None:
-        return self._timers.next_due()
+        delay, pace = self._out.next_due(), self._pacing.next_due()
+        if delay is None or pace is None:
+            return pace if delay is None else delay
+        return min(delay, pace)
 
     @property
     def phase(self) -> Phase:
-        return self._p.phase
+        return self._plan.phase
 
     @property
     def closed_reason(self) -> str | None:
         return self._closed
 
+    @property
+    def window(self) -> Window:
+        """When the profiling measures, and until when."""
+        return self._pacing.window
+
     def progress(self) -> Progress:
-        return self._p.progress(len(self._inflight))
+        return self._plan.progress(len(self._out.wire))
 
     def in_flight(self) -> list[Flight]:
-        return list(self._inflight.values())
+        return list(self._out.wire.values())
 
     # --- phases -----------------------------------------------------------------------------
 
     def _start_phase(self, stage: Stage) -> None:
         trees = self._warmups if stage.dataset_warmup else self._trees
-        self._p = PhasePlan(stage, self._graph, self._load, trees, self.window.until is not None)
-        self.branch_stats = self._p.branch_stats
+        open_ended = self.window.until is not None
+        self._plan = PhasePlan(stage, self._graph, self._load, trees, open_ended)
+        self.branch_stats = self._plan.branch_stats
         self._closed: str | None = None
-        self._cancelling = False
         self._runs: dict[int, TreeRun] = {}
-        self._inflight: dict[int, Flight] = {}
-        self._queue: deque[tuple[TreeRun, int]] = deque()
-        self._timers: Timers[TreeRun] = Timers()
-
-    def _arm_phase(self) -> None:
-        now = self._clock()
-        if (step := self._slots.begin(now)) is not None:
-            self._at(step, _RAMP)
-        if self._p.phase is Phase.PROFILING and (due := self.window.begin(now)) is not None:
-            self._at(due, _DURATION)
-        if self._arrivals.on and not self._p.one_at_a_time:
-            self._arrivals.begin(now, self._p.trees.next)
-            self._at(now, _ARRIVAL)
+        self._out = Outgoing(self._plan, self._flights, self.orders, self._load.max_inflight)
 
     def _advance(self) -> None:
         """Start what may start, send what may go, and notice when the phase is over."""
         if not self._begun or self.finished:
             return
         self._start_roots()
-        self._pump()
-        if self._inflight or not self._phase_over():
+        if not self._closed:
+            self._out.send(self._measuring)
+            if self._plan.capped:
+                self._close("request count reached")
+        if self._out.wire or not self._phase_over():
             return
         self._finalize_phase()
         if self._stages and self.failure is None:
             self._start_phase(self._stages.popleft())
-            self._arm_phase()
+            self._pacing.begin(self._plan, self._clock())
             self._advance()
         else:
             self.finished = True
 
     def _phase_over(self) -> bool:
-        return bool(self._closed) or (self._p.roots_done and not self._runs)
+        return bool(self._closed) or (self._plan.roots_done and not self._runs)
 
     def _finalize_phase(self) -> None:
         """Whatever is still open was cut short by a stop: account for it."""
         for run in self._runs.values():
-            run.truncate(self._p.branch_stats)
+            run.truncate(self._plan.branch_stats)
             self.orders.retire(run)
         self._runs.clear()
-        self._queue.clear()
-        self._timers.clear()
+        self._out.clear()
+        self._pacing.clear()
 
     def _close(self, reason: str) -> None:
         if not self._closed:
             self._closed = reason
-            if self._p.phase is Phase.PROFILING:
-                self.window.close(self._clock())
-            for flight in self._inflight.values():  # nothing new goes out, armed or not
+            self._pacing.close(self._clock())
+            for flight in self._out.wire.values():  # nothing new goes out, armed or not
                 self.orders.disarm(armed_under(flight))
 
     def _fail(self, reason: str) -> None:
         if self.failure is None:
             self.failure = reason
         self._close(reason)
-        self._cancel_everything()
+        self._out.cancel_all()
 
-    def _cancel_everything(self) -> None:
-        """Cancel what is in flight, and from now on what a worker starts before it hears."""
-        self._cancelling = True
-        self.orders.cancel(self._inflight.values())
-
-    # --- roots and sending ------------------------------------------------------------------
+    # --- roots and endings ------------------------------------------------------------------
 
     def _start_roots(self) -> None:
-        while not self._closed and self._p.admit(self._slots.limit, self._arrivals.on):
+        while not self._closed and self._pacing.admit():
             self._run_ids += 1
             cancel = bool(self._load.cancel_session_on_failure)
+            plan = self._plan
             try:  # a tree is read from the dataset's file when first run
-                run = TreeRun(self._run_ids, *self._p.trees.take(), self._p.phase, cancel)
+                run = TreeRun(self._run_ids, *plan.trees.take(), plan.phase, cancel)
                 run.measured = self._measuring()
             except DatasetError as e:  # the file changed since it was loaded
                 return self._fail(str(e))
             self._runs[run.id] = run
             for node in run.tree.entry:
-                self._make_ready(run, node)
-
-    def _make_ready(self, run: TreeRun, node: int) -> None:
-        run.nodes[node] = NodeState.READY
-        delay = run.tree.nodes[node].delay_s
-        if delay > 0:
-            self._at(self._clock() + delay, _DUE, run, node)
-        else:
-            self._queue.append((run, node))
-
-    def _pump(self) -> None:
-        cap = self._load.max_inflight
-        while self._queue and not self._closed:
-            if cap is not None and len(self._inflight) >= cap:
-                return
-            run, node = self._queue.popleft()
-            if run.nodes[node] == NodeState.READY:
-                self._send(run, node)
-
-    def _send(self, run: TreeRun, i: int) -> None:
-        flight = self._flights.make(run, i, self._p.phase)
-        self.orders.send(flight)
-        self._launched(flight)
-        if self._p.cap is None and self._load.max_inflight is None and not self._closed:
-            flight.armed = self._flights.arm(run, i, self._p.phase)
-
-    def _launched(self, flight: Flight) -> None:
-        """The request is on the wire (sent from here, or started by its worker)."""
-        flight.run.launch(flight.node, flight.worker, self._p.branch_stats)
-        flight.request_num = self._p.sent
-        flight.measured = self._measuring()
-        self._inflight[flight.credit] = flight
-        self._p.sent += 1
-        if self._p.capped:
-            self._close("request count reached")
-
-    def _settle_armed(self, flight: Flight, started: Collection[int]) -> None:
-        for armed in settle_armed(flight, started):
-            self._launched(armed)
-            if self._cancelling:
-                self.orders.cancel((armed,))
-
-    # --- endings ----------------------------------------------------------------------------
-
-    def _account(self, flight: Flight, ok: bool, cut: bool = False) -> None:
-        del self._inflight[flight.credit]
-        self._p.completed += 1
-        self._p.errors += not ok and not cut
-        self._p.cut += cut
+                self._out.ready(run, node, self._clock())
 
     def _end(self, run: TreeRun, first: int, state: NodeState, cancelled: bool = False) -> None:
-        ending = run.end(first, state, cancelled, self._p.branch_stats)
+        ending = run.end(first, state, cancelled, self._plan.branch_stats)
         if ending.cancelled and NodeState.ARMED in run.nodes:  # with its other flights
-            self.orders.disarm(armed_in(run, self._inflight.values()))
-        self._p.skipped += ending.skipped
-        self._p.active_roots -= ending.root_ended
+            self.orders.disarm(armed_in(run, self._out.wire.values()))
+        self._plan.skipped += ending.skipped
+        self._plan.active_roots -= ending.root_ended
         if ending.failed_child is not None and self._load.fail_fast and self.failure is None:
             where = run.fail_child(*ending.failed_child, self.branch_stats)
             self._fail(f"--fail-fast: child {where} failed; cancelling the run")
         for j in ending.ready:
-            self._make_ready(run, j)
+            self._out.ready(run, j, self._clock())
         if not run.open and run.id in self._runs:
             del self._runs[run.id]
             self.orders.retire(run)
 
     def _measuring(self) -> bool:
         """Whether what starts now is an observation of the profiling's window."""
-        return self._p.phase is Phase.PROFILING and self.window.open(self._clock())
-
-    def _at(self, due: float, kind: int, run: TreeRun | None = None, node: int = -1) -> None:
-        self._timers.at(due, kind, run, node)
+        return self._plan.phase is Phase.PROFILING and self.window.open(self._clock())

@@ -2,8 +2,7 @@
 
 A phase starts roots until its root limit (each root once when nothing else bounds the run), a
 cap on sent requests, or a duration ends it; under `concurrency`, a root holds a slot until its
-last request ends. Roots arrive at once (a closed loop), as a Poisson process at `request_rate`,
-or each at its tree's `start_s` (`fixed_schedule`, relative to the phase's first root).
+last request ends. When roots arrive and when the clock ends a phase is `pacing`'s.
 
 A run's phases (`stages`): the dataset's own warm-up when its graph has one (each warm-up tree
 once, one at a time, whatever the load: a rag trace's documents, as Veeksha sends them), then a
@@ -12,7 +11,6 @@ warm-up of `warmup_request_count` requests, then the profiling; only the last is
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,9 +79,13 @@ class PhasePlan:
     """What one phase may start and send, and what it has so far."""
 
     def __init__(
-        self, stage: Stage, graph: RequestGraph, load: LoadConfig, trees: Rotation,
+        self,
+        stage: Stage,
+        graph: RequestGraph,
+        load: LoadConfig,
+        trees: Rotation,
         open_ended: bool = False,
-    ):  # fmt: skip
+    ):
         """`open_ended`: the profiling runs until told to stop (`window.Until`), so it starts
         roots without a limit unless the load sets one."""
         self.phase = stage.phase
@@ -126,9 +128,15 @@ class PhasePlan:
 
     def progress(self, in_flight: int) -> Progress:
         return Progress(
-            self.phase, self.sent, self.completed, self.errors, in_flight, self.expected(),
-            self.roots_started, self.cut,
-        )  # fmt: skip
+            self.phase,
+            self.sent,
+            self.completed,
+            self.errors,
+            in_flight,
+            self.expected(),
+            self.roots_started,
+            self.cut,
+        )
 
     @property
     def roots_done(self) -> bool:
@@ -157,66 +165,3 @@ class PhasePlan:
         """A root arrived: whether more may follow."""
         self.arrivals += 1
         return self.roots_limit is None or self.roots_started + self.arrivals < self.roots_limit
-
-
-class Arrivals:
-    """When roots arrive: Poisson at `request_rate` (gamma gaps of the same mean when
-    `arrival_cv` is set: shape 1/cv^2), or on the trees' fixed schedule, which starts over past
-    the last tree (never earlier than the arrival before)."""
-
-    def __init__(self, graph: RequestGraph, load: LoadConfig):
-        # Only a fixed schedule reads the trees' times: reading them builds every tree.
-        starts = [tree.start_s for tree in graph.trees] if load.fixed_schedule else []
-        self._starts = [start for start in starts if start is not None]
-        if len(self._starts) < len(starts):
-            raise ValueError("a fixed schedule needs a start time on every tree")
-        self._rate = load.request_rate
-        self._shape = None if load.arrival_cv is None else 1 / load.arrival_cv**2
-        self._fixed = load.fixed_schedule
-        self._rng = random.Random(load.random_seed)
-        self._first = self._count = 0
-        self._t0 = 0.0
-
-    @property
-    def on(self) -> bool:
-        """Whether roots wait for arrivals at all (else they start as slots allow)."""
-        return bool(self._rate or self._fixed)
-
-    def begin(self, now: float, first_tree: int) -> None:
-        self._first, self._count, self._t0 = first_tree, 0, now
-
-    def after(self, due: float) -> float:
-        """When the next root arrives, given that one arrived at `due`."""
-        if not self._fixed:
-            assert self._rate is not None
-            if self._shape is None:
-                return due + self._rng.expovariate(self._rate)
-            return due + self._rng.gammavariate(self._shape, 1 / (self._rate * self._shape))
-        self._count += 1
-        starts, first = self._starts, self._first
-        return max(due, self._t0 + starts[(first + self._count) % len(starts)] - starts[first])
-
-
-class Slots:
-    """How many roots may run at once: `concurrency`, or with `concurrency_ramp_up` one at a
-    phase's start and one more at each even step until all (None: no limit)."""
-
-    def __init__(self, concurrency: int | None, ramp_up_s: float | None):
-        self.full = concurrency
-        self.limit = concurrency
-        self._step: float | None = None
-        if ramp_up_s is not None and concurrency is not None and concurrency > 1:
-            self._step = ramp_up_s / (concurrency - 1)
-
-    def begin(self, now: float) -> float | None:
-        """A phase starts: when the next slot opens, if any is held back."""
-        if self._step is None:
-            return None
-        self.limit = 1
-        return now + self._step
-
-    def grow(self, due: float) -> float | None:
-        """One more slot opens at `due`: when the next one does, if any is left."""
-        assert self._step is not None and self.limit is not None and self.full is not None
-        self.limit = min(self.limit + 1, self.full)
-        return due + self._step if self.limit < self.full else None

@@ -71,9 +71,11 @@ def figures(document: dict[str, Any]) -> dict[str, tuple[float, str]]:
 
 
 def aggregate(
-    documents: list[dict[str, Any]], labels: list[str], failed: list[dict[str, str]],
+    documents: list[dict[str, Any]],
+    labels: list[str],
+    failed: list[dict[str, str]],
     confidence: float,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The aggregate over the runs that finished (at least two)."""
     if len(documents) < 2:
         raise ValueError(f"{len(documents)} run(s) finished; a confidence interval needs 2")
@@ -89,11 +91,18 @@ def aggregate(
         se = std / math.sqrt(n)
         cv = std / abs(mean) if mean else (0.0 if std == 0 else math.inf)
         metrics[name] = {
-            "mean": mean, "std": std, "min": min(values), "max": max(values), "cv": cv,
-            "se": se, "ci_low": mean - t * se, "ci_high": mean + t * se, "t_critical": t,
+            "mean": mean,
+            "std": std,
+            "min": min(values),
+            "max": max(values),
+            "cv": cv,
+            "se": se,
+            "ci_low": mean - t * se,
+            "ci_high": mean + t * se,
+            "t_critical": t,
             "unit": per_run[0][name][1],
             "unstable": cv > UNSTABLE_CV and not name.endswith(SPREADS),
-        }  # fmt: skip
+        }
     return {
         "metadata": {
             "aggregation_type": "confidence",
@@ -127,12 +136,13 @@ def render(result: dict[str, Any], headline: tuple[str, ...]) -> str:
     level = f"{100 * meta['confidence_level']:g}%"
     lines = ["", f"dagperf | {meta['num_successful_runs']} runs, mean and {level} interval"]
     for name in headline:
-        m = metrics.get(name)
-        if m:
-            flag = "  (unstable)" if m["unstable"] else ""
-            interval = f"[{m['ci_low']:,.2f}, {m['ci_high']:,.2f}]"
+        figure = metrics.get(name)
+        if figure:
+            flag = "  (unstable)" if figure["unstable"] else ""
+            interval = f"[{figure['ci_low']:,.2f}, {figure['ci_high']:,.2f}]"
             lines.append(
-                f"  {name} ({m['unit']}): {m['mean']:,.2f} {interval}, cv {m['cv']:.1%}{flag}"
+                f"  {name} ({figure['unit']}): {figure['mean']:,.2f} {interval}, "
+                f"cv {figure['cv']:.1%}{flag}"
             )
     unstable = [name for name, m in metrics.items() if m["unstable"]]
     if unstable:
@@ -143,7 +153,11 @@ def render(result: dict[str, Any], headline: tuple[str, ...]) -> str:
 
 
 HEADLINE = (
-    "request_throughput_avg", "time_to_first_token_p50", "time_to_first_token_p99",
-    "inter_token_latency_p50", "request_latency_p99", "session_duration_p90",
+    "request_throughput_avg",
+    "time_to_first_token_p50",
+    "time_to_first_token_p99",
+    "inter_token_latency_p50",
+    "request_latency_p99",
+    "session_duration_p90",
     "session_goodput_avg",
-)  # fmt: skip
+)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dagperf.vocabulary.config import root_limit
+
 AIPERF_FORMATS = {"dag_jsonl", "mooncake_trace"}  # dagperf's dataset types AIPerf reads too
 
 
@@ -45,18 +47,23 @@ def _dataset(dataset: dict[str, Any]) -> dict[str, Any]:
 
 
 def _phases(load: dict[str, Any]) -> list[dict[str, Any]]:
+    fixed, rate = load.get("fixed_schedule"), load.get("request_rate")
+    limit = root_limit(load.get("concurrency"), rate, fixed)
     shape: dict[str, Any]
-    if load.get("fixed_schedule"):
+    if fixed:
         shape = {"type": "fixed_schedule"}
-    elif load.get("request_rate"):
-        shape = {"type": "poisson", "rate": load["request_rate"]}
-        if load.get("concurrency"):
-            shape["concurrency"] = load["concurrency"]
+    elif rate:
+        shape = {"type": "poisson", "rate": rate}
     else:
-        shape = {"type": "concurrency", "concurrency": load.get("concurrency") or 1}
+        shape = {"type": "concurrency"}
+    if limit is not None:  # what capped the roots in flight, whichever way they arrived
+        shape["concurrency"] = limit
     profiling = {"name": "profiling", **shape}
-    for ours, theirs in (("request_count", "requests"), ("num_conversations", "sessions"),
-                         ("benchmark_duration", "duration")):  # fmt: skip
+    for ours, theirs in (
+        ("request_count", "requests"),
+        ("num_conversations", "sessions"),
+        ("benchmark_duration", "duration"),
+    ):
         if load.get(ours):
             profiling[theirs] = load[ours]
     phases = [profiling]

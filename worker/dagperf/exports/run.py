@@ -22,7 +22,7 @@ from dagperf.exports.server_metrics import (
     ServerMetrics,
     scrape_forever,
     scrape_once,
-)  # fmt: skip
+)
 from dagperf.exports.summary import summary_document, write_summary_csv, write_summary_json
 from dagperf.exports.timeslices import timeslices, write_timeslices
 from dagperf.graph import RequestGraph
@@ -131,8 +131,8 @@ class RunOutput:
 
     def ttft_p50_ms(self) -> float | None:
         """The median time to first token so far (for the progress line)."""
-        d = self.summary.distributions.get("time_to_first_token")
-        return d.percentiles((50,))[0] if d is not None and d.count else None
+        ttft = self.summary.distributions.get("time_to_first_token")
+        return ttft.percentiles((50,))[0] if ttft is not None and ttft.count else None
 
     def retire(self, runs: list[TreeRun]) -> None:
         """Tree runs that ended: their sessions are written once their results are in."""
@@ -182,9 +182,12 @@ class RunOutput:
         return self._inputs_error
 
     def write_summary(
-        self, branch_stats: dict[str, int], complete: bool, cancelled: bool,
+        self,
+        branch_stats: dict[str, int],
+        complete: bool,
+        cancelled: bool,
         window_ns: tuple[int | None, int | None] = (None, None),
-    ) -> tuple[dict[str, Any], str | None]:  # fmt: skip
+    ) -> tuple[dict[str, Any], str | None]:
         """The summary document, written as JSON and CSV; and why the run's output is not
         whole, if it is not. `window_ns`: when the window opened and closed."""
         document = summary_document(

@@ -106,8 +106,13 @@ class ServerMetrics:
         figures: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                line = {"url": url, "timestamp_ns": at_ns, "name": sample.name,
-                        "labels": sample.labels, "value": sample.value}  # fmt: skip
+                line = {
+                    "url": url,
+                    "timestamp_ns": at_ns,
+                    "name": sample.name,
+                    "labels": sample.labels,
+                    "value": sample.value,
+                }
                 self._file.write(self._encode(line) + b"\n")
                 figure = _NAMES.get(sample.name)
                 if figure is not None:
@@ -124,8 +129,12 @@ class ServerMetrics:
     def failed(self, url: str, error: str) -> None:
         backend = self._backends[url]
         if backend.failures == 0:
-            log.warning("cannot scrape %s: %s (trying again every %g s)", url, error,
-                        self.targets.interval_s)  # fmt: skip
+            log.warning(
+                "cannot scrape %s: %s (trying again every %g s)",
+                url,
+                error,
+                self.targets.interval_s,
+            )
         backend.failures += 1
         backend.last_error = error
 

@@ -46,12 +46,12 @@ class _Slice:
         for name, metric in record["metrics"].items():
             if name not in RECORD:
                 continue
-            d = self.distributions.get(name)
-            if d is None:
-                d = self.distributions[name] = Distribution()
+            distribution = self.distributions.get(name)
+            if distribution is None:
+                distribution = self.distributions[name] = Distribution()
             value = metric["value"]
-            for v in value if isinstance(value, list) else (value,):
-                d.add(v)
+            for one in value if isinstance(value, list) else (value,):
+                distribution.add(one)
 
 
 def timeslices(records: Path, first_start_ns: int, slice_s: float) -> list[dict[str, Any]]:
@@ -66,18 +66,18 @@ def timeslices(records: Path, first_start_ns: int, slice_s: float) -> list[dict[
             slices.setdefault(index, _Slice()).add(record)
     out = []
     for index in sorted(slices):
-        s = slices[index]
+        counted = slices[index]
         entry: dict[str, Any] = {
             "timeslice_index": index,
             "start_s": index * slice_s,
             "end_s": (index + 1) * slice_s,
-            "request_count": s.requests,
-            "error_request_count": s.errors,
-            "cut_request_count": s.cut,
-            "request_throughput": {"unit": "requests/sec", "avg": s.requests / slice_s},
+            "request_count": counted.requests,
+            "error_request_count": counted.errors,
+            "cut_request_count": counted.cut,
+            "request_throughput": {"unit": "requests/sec", "avg": counted.requests / slice_s},
         }
-        for name, d in s.distributions.items():
-            stats = d.stats()
+        for name, distribution in counted.distributions.items():
+            stats = distribution.stats()
             entry[name] = {"unit": RECORD[name].unit} | {k: stats[k] for k in STATS}
         out.append(entry)
     return out
@@ -87,8 +87,11 @@ def write_timeslices(
     directory: Path, slices: list[dict[str, Any]], input_config: dict[str, Any]
 ) -> None:
     with whole_or_nothing(directory / "profile_export_aiperf_timeslices.json") as f:
-        document = {"timeslices": slices, "input_config": aiperf_input_config(input_config),
-                    "dagperf_config": input_config}  # fmt: skip
+        document = {
+            "timeslices": slices,
+            "input_config": aiperf_input_config(input_config),
+            "dagperf_config": input_config,
+        }
         f.write(json.dumps(document, indent=2) + "\n")
     with whole_or_nothing(directory / "profile_export_aiperf_timeslices.csv", newline="") as f:
         out = csv.writer(f)
@@ -96,12 +99,21 @@ def write_timeslices(
         for entry in slices:
             index = entry["timeslice_index"]
             out.writerow([index, "Request Count", "requests", "count", entry["request_count"]])
-            out.writerow([index, "Error Request Count", "requests", "count",
-                          entry["error_request_count"]])  # fmt: skip
-            out.writerow([index, "Cut Request Count", "requests", "count",
-                          entry["cut_request_count"]])  # fmt: skip
-            out.writerow([index, "Request Throughput", "requests/sec", "avg",
-                          f"{entry['request_throughput']['avg']:.2f}"])  # fmt: skip
+            out.writerow(
+                [index, "Error Request Count", "requests", "count", entry["error_request_count"]]
+            )
+            out.writerow(
+                [index, "Cut Request Count", "requests", "count", entry["cut_request_count"]]
+            )
+            out.writerow(
+                [
+                    index,
+                    "Request Throughput",
+                    "requests/sec",
+                    "avg",
+                    f"{entry['request_throughput']['avg']:.2f}",
+                ]
+            )
             for name, metric in RECORD.items():
                 if name in entry:
                     for stat in STATS:

@@ -163,9 +163,11 @@ def _count(
         forks, spawns = int(own.forks[top]), int(own.spawns[top])
         for child, fork in deep[top]:
             below_count = counts.get(child) or _Count(
-                int(own.requests[child]), int(own.height[child]), int(own.forks[child]),
+                int(own.requests[child]),
+                int(own.height[child]),
+                int(own.forks[child]),
                 int(own.spawns[child]),
-            )  # fmt: skip
+            )
             requests += below_count.requests
             height = max(height, below_count.height + 1)
             forks += below_count.forks + fork

@@ -30,9 +30,16 @@ from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Tree
 from dagperf.runtime.gcpause import gc_paused
 
 __all__ = [
-    "DEFAULT_CONTEXT_MODE", "REFUSED_CONTEXT_MODE", "ContextMode", "GraphNode", "SessionSpec",
-    "SpecError", "compile_sessions", "parents_first", "resolve_mode",
-]  # fmt: skip
+    "DEFAULT_CONTEXT_MODE",
+    "REFUSED_CONTEXT_MODE",
+    "ContextMode",
+    "GraphNode",
+    "SessionSpec",
+    "SpecError",
+    "compile_sessions",
+    "parents_first",
+    "resolve_mode",
+]
 
 
 class SpecError(ValueError):

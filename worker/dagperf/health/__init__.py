@@ -78,8 +78,11 @@ def _read_load(path: Path) -> tuple[Load, float]:
     except ValueError as e:  # not UTF-8
         raise HealthError(f"{path}: not a JSON text: {e}") from None
     # dagperf's own configuration; runs written before it moved there kept it in input_config
-    found = [document.get(k) for k in ("dagperf_config", "input_config")] if isinstance(
-        document, dict) else []  # fmt: skip
+    found = (
+        [document.get(k) for k in ("dagperf_config", "input_config")]
+        if isinstance(document, dict)
+        else []
+    )
     config = next((c for c in found if isinstance(c, dict) and "load" in c), None)
     load = None if config is None else config["load"]
     if not isinstance(load, dict):

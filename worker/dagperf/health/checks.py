@@ -47,6 +47,7 @@ from dagperf.health.report import (
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import CANCELLED
 from dagperf.verdict import describe_error, rejection, unmeasured
+from dagperf.vocabulary.config import root_limit
 
 WORST = 5  # offenders listed per check
 
@@ -206,9 +207,9 @@ class Arrivals:
                 self._judge(request_id, start, delay_ms, max(ends[d][0] for d in deps))
         self._held.clear()
         lateness = self._lateness
-        n = lateness.count
+        dependent = lateness.count
         details: dict[str, Any] = {
-            "dependent_requests": n,
+            "dependent_requests": dependent,
             "early": self._early,
             "late": self._late,
             "slack_ms": self._slack,
@@ -220,7 +221,7 @@ class Arrivals:
             "failed_without_response": self._no_response,
         }
         skipped_too = self._unverifiable + self._no_response
-        if not n:
+        if not dependent:
             why = "no request depends on another"
             if skipped_too:
                 why = (
@@ -236,13 +237,13 @@ class Arrivals:
             hint = " (max_inflight held requests back)" if load.max_inflight else ""
             summary = (
                 f"{self._early} sent early, {self._late} later than {self._slack:g} ms, "
-                f"of {n} dependent requests; worst {worst['request_id']} at "
+                f"of {dependent} dependent requests; worst {worst['request_id']} at "
                 f"{worst['lateness_ms']:+.1f} ms{hint}{notes}"
             )
             status = Status.FAIL
         else:
             summary = (
-                f"{n} dependent requests on time: lateness p50 {dist['p50']:.1f} ms, "
+                f"{dependent} dependent requests on time: lateness p50 {dist['p50']:.1f} ms, "
                 f"p99 {dist['p99']:.1f} ms, max {dist['max']:.1f} ms "
                 f"(slack {self._slack:g} ms){notes}"
             )
@@ -307,9 +308,8 @@ class Roots:
         self._open.clear()
 
     def concurrency(self, load: Load) -> CheckResult:
-        target, source = load.concurrency, "concurrency"
-        if target is None and not load.request_rate and not load.fixed_schedule:
-            target, source = 1, "default"  # the engine runs one root at a time unless told
+        target = root_limit(load.concurrency, load.request_rate, load.fixed_schedule)
+        source = "concurrency" if load.concurrency else "default"
         if target is None:
             return CheckResult(
                 name=CONCURRENCY,
@@ -488,11 +488,13 @@ class OutputLengths:
             f"min({options.osl_tolerance_pct:g}%, {options.osl_tolerance_max_tokens}) tokens"
         )
         which = " and ".join(
-            f"{n} {label}" for n, label in (
+            f"{n} {label}"
+            for n, label in (
                 (self._by_kind["ignore_eos"], "ignore_eos"),
                 (self._by_kind["length"], "ended at the limit"),
-            ) if n
-        )  # fmt: skip
+            )
+            if n
+        )
         if failed:
             worst = details["worst"][0]
             got = "no" if worst["output_tokens"] is None else f"{worst['output_tokens']:g}"
@@ -527,8 +529,9 @@ class OutputLengths:
             )
         if not self._early:
             summary = f"none of {self._ended} replies ended before max_tokens by itself"
-            return CheckResult(name=EARLY_STOP, status=Status.PASS, summary=summary,
-                               details=details)  # fmt: skip
+            return CheckResult(
+                name=EARLY_STOP, status=Status.PASS, summary=summary, details=details
+            )
         share = details["share_of_max_tokens"]
         summary = (
             f"{self._early} of {self._ended} replies ended by themselves (finish_reason stop) "
@@ -567,15 +570,18 @@ class RequestErrors:
         return describe_error(code if isinstance(code, int) else None, str(kind), message)
 
     def result(self, max_error_rate: float) -> CheckResult:
-        details = {"succeeded": self.ok, "failed": self.failed, "cut": self.cut,
-                   "max_error_rate": max_error_rate}  # fmt: skip
+        details = {
+            "succeeded": self.ok,
+            "failed": self.failed,
+            "cut": self.cut,
+            "max_error_rate": max_error_rate,
+        }
         cut = f"; {self.cut} cut short by the run, not errors" if self.cut else ""
         if (nothing := unmeasured(self.ok, self.failed, self.cut, self.unseen)) is not None:
             return CheckResult(name=ERRORS, status=Status.FAIL, summary=nothing, details=details)
         if not self.ok + self.failed:
             summary = f"no request was answered or failed{cut}"
-            return CheckResult(name=ERRORS, status=Status.SKIPPED, summary=summary,
-                               details=details)  # fmt: skip
+            return CheckResult(name=ERRORS, status=Status.SKIPPED, summary=summary, details=details)
         rejected = rejection(self.ok, self.failed, max_error_rate, self._most_common(), self.cut)
         if rejected is not None:
             return CheckResult(name=ERRORS, status=Status.FAIL, summary=rejected, details=details)

@@ -98,9 +98,9 @@ class Censored:
             high = _interpolated(exact, rank, zeros=0)
         return low, high
 
-    def percentile_bounds(self, percent: float, confidence: float, unknown: int = 0) -> tuple[
-        float, float
-    ]:  # fmt: skip
+    def percentile_bounds(
+        self, percent: float, confidence: float, unknown: int = 0
+    ) -> tuple[float, float]:
         """Bounds on the sampled population's percentile, each holding with `confidence`,
         whatever the censored and `unknown` values are: an order statistic of the lowest
         values they can take, and one of the highest; 0 and inf where n values cannot say."""
@@ -185,37 +185,42 @@ class Judgement:
 
 
 def judge(
-    objective: Objective, sample: Censored, confidence: float = CONFIDENCE, unknown: int = 0,
+    objective: Objective,
+    sample: Censored,
+    confidence: float = CONFIDENCE,
+    unknown: int = 0,
     name: str | None = None,
-) -> Judgement:  # fmt: skip
+) -> Judgement:
     """Met, missed or undecided (see the module's rule); `unknown` values are still to come."""
-    o = objective
-    name = name or f"{o.metric}:{o.stat}:{o.value:g}"
+    name = name or f"{objective.metric}:{objective.stat}:{objective.value:g}"
     n = sample.count + unknown
     censored = sample.censored + unknown
-    low, high = sample.sample_bounds(o.stat, unknown)
+    low, high = sample.sample_bounds(objective.stat, unknown)
     if n == 0:
         return Judgement(name, Verdict.UNDECIDED, low, high, 0, 0, "nothing was measured")
-    percentile = o.stat.startswith("p")
+    percentile = objective.stat.startswith("p")
     if percentile:
-        decide_low, decide_high = sample.percentile_bounds(float(o.stat[1:]), confidence, unknown)
+        decide_low, decide_high = sample.percentile_bounds(
+            float(objective.stat[1:]), confidence, unknown
+        )
     elif n < MIN_VALUES:
-        short = f"{n} values measured; {o.stat} needs {MIN_VALUES}"
+        short = f"{n} values measured; {objective.stat} needs {MIN_VALUES}"
         return Judgement(name, Verdict.UNDECIDED, low, high, n, censored, short)
     else:
         decide_low, decide_high = low, high
-    verdict = decide(o.ceiling, o.value, decide_low, decide_high)
+    verdict = decide(objective.ceiling, objective.value, decide_low, decide_high)
     if verdict is not Verdict.UNDECIDED:
         return Judgement(name, verdict, low, high, n, censored)
-    why = _why(o, n, censored, decide_low, decide_high, confidence if percentile else None)
+    why = _why(objective, n, censored, decide_low, decide_high, confidence if percentile else None)
     return Judgement(name, verdict, low, high, n, censored, why)
 
 
 def decide(ceiling: bool, threshold: float, low: float, high: float) -> Verdict:
     """A ceiling holds when even `high` is within it and fails when even `low` passes it; a
     floor the other way round."""
-    holds, fails = (high <= threshold, low > threshold) if ceiling else (
-        low >= threshold, high < threshold)  # fmt: skip
+    holds, fails = (
+        (high <= threshold, low > threshold) if ceiling else (low >= threshold, high < threshold)
+    )
     if holds:
         return Verdict.MEETS
     return Verdict.MISSES if fails else Verdict.UNDECIDED

@@ -76,9 +76,9 @@ def critical_path(tree: Tree, times: dict[int, Timing], start_ns: int) -> Critic
     server = delay = dispatch = join_wait = 0
     previous_end = start_ns
     for position, i in enumerate(chain):
-        t = times[i]
-        server += max(0, t.end_ns - t.start_ns)
-        wait = max(0, t.start_ns - previous_end)
+        span = times[i]
+        server += max(0, span.end_ns - span.start_ns)
+        wait = max(0, span.start_ns - previous_end)
         authored = min(wait, int(nodes[i].delay_s * 1e9))
         delay += authored
         dispatch += wait - authored
@@ -86,7 +86,7 @@ def critical_path(tree: Tree, times: dict[int, Timing], start_ns: int) -> Critic
             own = [times[d].end_ns for d in nodes[i].deps if d in times]
             if own:
                 join_wait += max(0, times[chain[position - 1]].end_ns - max(own))
-        previous_end = t.end_ns
+        previous_end = span.end_ns
     names = tuple(
         f"{tree.sessions[nodes[i].session].conversation_id}:{nodes[i].turn}" for i in chain
     )

@@ -85,8 +85,13 @@ class ForkReuse:
             "cached_tokens": self.cached_tokens,
             "share": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None,
         }
-        d = self.per_tree
-        if d.count:
-            (p50,) = d.percentiles((50,))
-            out["per_tree"] = {"trees": d.count, "min": d.min, "p50": p50, "avg": d.sum / d.count}
+        per_tree = self.per_tree
+        if per_tree.count:
+            (p50,) = per_tree.percentiles((50,))
+            out["per_tree"] = {
+                "trees": per_tree.count,
+                "min": per_tree.min,
+                "p50": p50,
+                "avg": per_tree.sum / per_tree.count,
+            }
         return out

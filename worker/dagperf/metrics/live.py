@@ -17,13 +17,82 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from dagperf.engine import BranchStats, Flight, Phase, Progress
 from dagperf.transport.protocol import Result
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
-               0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
-                   20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
-                   7680.0)  # fmt: skip
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+LATENCY_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 MAX_DEPTH_LABEL = 5
 MAX_ERROR_TYPES = 20
 MAX_WORKERS = 256
@@ -43,9 +112,10 @@ class LiveMetrics:
             return Gauge(name, doc, b, registry=registry)
 
         self.requests = counter(
-            "dagperf_requests", "Requests completed: ok, error (the endpoint's) or cut (the run's)",
+            "dagperf_requests",
+            "Requests completed: ok, error (the endpoint's) or cut (the run's)",
             ("outcome", "worker"),
-        )  # fmt: skip
+        )
         self.errors = counter(
             "dagperf_request_errors", "Requests the endpoint failed", ("error_type",)
         )
@@ -57,17 +127,26 @@ class LiveMetrics:
             "dagperf_cached_prompt_tokens", "Prompt tokens the server reported as cached"
         )
         self.ttft = Histogram(
-            "dagperf_time_to_first_token_seconds", "Time to first token", [*b, "branch_mode"],
-            buckets=TTFT_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "dagperf_time_to_first_token_seconds",
+            "Time to first token",
+            [*b, "branch_mode"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
         self.itl = Histogram(
-            "dagperf_inter_token_latency_seconds", "Inter-token latency", b,
-            buckets=ITL_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "dagperf_inter_token_latency_seconds",
+            "Inter-token latency",
+            b,
+            buckets=ITL_BUCKETS,
+            registry=registry,
+        )
         self.latency = Histogram(
-            "dagperf_request_latency_seconds", "Request latency", [*b, "agent_depth"],
-            buckets=LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "dagperf_request_latency_seconds",
+            "Request latency",
+            [*b, "agent_depth"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.branch = {
             f.name: counter(f"dagperf_branch_{f.name}", f"BranchStats {f.name}")
             for f in fields(BranchStats)
@@ -87,43 +166,45 @@ class LiveMetrics:
 
     def observe(self, flight: Flight, result: Result) -> None:
         """One profiling-phase result."""
-        b = self.benchmark
+        benchmark = self.benchmark
         error = result.error
         outcome = "ok" if error is None else ("cut" if result.cut is not None else "error")
         self.requests.labels(
-            b, outcome, self._bounded(flight.worker, self._workers, MAX_WORKERS)
+            benchmark, outcome, self._bounded(flight.worker, self._workers, MAX_WORKERS)
         ).inc()
         if error is not None:
             if result.failed:
                 kind = self._bounded(error.type, self._error_types, MAX_ERROR_TYPES)
-                self.errors.labels(b, kind).inc()
+                self.errors.labels(benchmark, kind).inc()
             return
-        m: dict[str, Any] = result.metrics
+        metrics: dict[str, Any] = result.metrics
         session = flight.run.tree.sessions[flight.run.tree.nodes[flight.node].session]
         depth = str(session.depth) if session.depth < MAX_DEPTH_LABEL else f"{MAX_DEPTH_LABEL}+"
-        self.latency.labels(b, depth).observe(m["request_latency"] / 1000)
-        if "time_to_first_token" in m:
-            self.ttft.labels(b, session.kind.value).observe(m["time_to_first_token"] / 1000)
-        if "inter_token_latency" in m:
-            self.itl.labels(b).observe(m["inter_token_latency"] / 1000)
-        self.input_tokens.labels(b).inc(m.get("input_sequence_length", 0))
-        self.output_tokens.labels(b).inc(m.get("output_sequence_length", 0))
-        self.cached_tokens.labels(b).inc(m.get("usage_prompt_cache_read_tokens", 0))
+        self.latency.labels(benchmark, depth).observe(metrics["request_latency"] / 1000)
+        if "time_to_first_token" in metrics:
+            self.ttft.labels(benchmark, session.kind.value).observe(
+                metrics["time_to_first_token"] / 1000
+            )
+        if "inter_token_latency" in metrics:
+            self.itl.labels(benchmark).observe(metrics["inter_token_latency"] / 1000)
+        self.input_tokens.labels(benchmark).inc(metrics.get("input_sequence_length", 0))
+        self.output_tokens.labels(benchmark).inc(metrics.get("output_sequence_length", 0))
+        self.cached_tokens.labels(benchmark).inc(metrics.get("usage_prompt_cache_read_tokens", 0))
 
     def update(self, progress: Progress, workers: int, stats: BranchStats) -> None:
         """Gauges and BranchStats, from the dispatcher's latest state; a warm-up is not shown."""
         if progress.phase is not Phase.PROFILING:
             return
-        b = self.benchmark
-        self.in_flight.labels(b).set(progress.in_flight)
-        self.workers.labels(b).set(workers)
-        self.completed.labels(b).set(progress.completed)
-        self.expected.labels(b).set(progress.expected or 0)
+        benchmark = self.benchmark
+        self.in_flight.labels(benchmark).set(progress.in_flight)
+        self.workers.labels(benchmark).set(workers)
+        self.completed.labels(benchmark).set(progress.completed)
+        self.expected.labels(benchmark).set(progress.expected or 0)
         ratio = progress.completed / progress.expected if progress.expected else 0.0
-        self.progress.labels(b).set(min(ratio, 1.0))
+        self.progress.labels(benchmark).set(min(ratio, 1.0))
         for name, value in stats.as_dict().items():  # counters only go up: add what is new
             if value > self._branch_seen[name]:
-                self.branch[name].labels(b).inc(value - self._branch_seen[name])
+                self.branch[name].labels(benchmark).inc(value - self._branch_seen[name])
                 self._branch_seen[name] = value
 
     @staticmethod

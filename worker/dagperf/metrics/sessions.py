@@ -37,9 +37,11 @@ class _Request(NamedTuple):
 
 class SessionMetrics:
     def __init__(
-        self, is_good: Callable[[Result], bool], write: Callable[[dict[str, Any]], None],
+        self,
+        is_good: Callable[[Result], bool],
+        write: Callable[[dict[str, Any]], None],
         window: WindowSample | None = None,
-    ):  # fmt: skip
+    ):
         """`window`: where the sessions started in the window go, for its verdicts."""
         self._is_good = is_good
         self._write = write
@@ -133,9 +135,10 @@ class SessionMetrics:
             "session_count": {"unit": "sessions", "avg": self.count},
             "good_session_count": {"unit": "sessions", "avg": self.good},
             "session_goodput": {
-                "unit": "sessions/sec", "avg": self.good / duration_s if duration_s else 0.0
+                "unit": "sessions/sec",
+                "avg": self.good / duration_s if duration_s else 0.0,
             },
-        }  # fmt: skip
+        }
         if self.duration.count:
             out["session_duration"] = {"unit": "ms", **self.duration.stats()}
         total = self._server + self._dispatch + self._delay

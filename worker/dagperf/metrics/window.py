@@ -76,9 +76,11 @@ def cut_values(result: Result) -> Iterator[tuple[str, float, bool]]:
 
 class WindowSample:
     def __init__(
-        self, metrics: Iterable[str] = (), objectives: Sequence[Objective] = (),
+        self,
+        metrics: Iterable[str] = (),
+        objectives: Sequence[Objective] = (),
         confidence: float = CONFIDENCE,
-    ):  # fmt: skip
+    ):
         """`metrics`: those to report bounds of; the objectives' are sampled too."""
         self.objectives = tuple(objectives)
         self.confidence = confidence
@@ -133,8 +135,11 @@ class WindowSample:
             if o.metric == ERROR_RATE:
                 out.append(self._error_rate(o, in_flight))
                 continue
-            sample, unknown = (self.sessions, open_sessions) if o.metric == SESSIONS else (
-                self.samples[o.metric], in_flight)  # fmt: skip
+            sample, unknown = (
+                (self.sessions, open_sessions)
+                if o.metric == SESSIONS
+                else (self.samples[o.metric], in_flight)
+            )
             out.append(judge(o, sample, self.confidence, unknown, str(o)))
         return out
 

@@ -29,15 +29,20 @@ TOOLBAR_PX = 30
 
 def layout(title: str, x: str, y: str, **more: Any) -> dict[str, Any]:
     return {
-        "title": {"text": title, "y": 1, "yref": "container", "yanchor": "top",
-                  "pad": {"t": TOOLBAR_PX}},
+        "title": {
+            "text": title,
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": TOOLBAR_PX},
+        },
         "xaxis": {"title": {"text": x}, "automargin": True},
         "yaxis": {"title": {"text": y}, "automargin": True},
         "margin": {"l": 60, "r": 30, "t": TOOLBAR_PX + 50, "b": 50},
         "legend": {"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},
         "height": 400,
         **more,
-    }  # fmt: skip
+    }
 
 
 def _color(i: int) -> str:
@@ -158,10 +163,16 @@ def _lone_notes(noun: str, series: list[tuple[Run, np.ndarray]]) -> list[dict[st
     # Above the plot area, under the title: never over what is drawn.
     return [
         {
-            "text": text, "showarrow": False, "xref": "paper", "yref": "paper",
-            "x": 0.5, "y": 1.0, "yanchor": "bottom", "font": {"color": "#555", "size": 12},
+            "text": text,
+            "showarrow": False,
+            "xref": "paper",
+            "yref": "paper",
+            "x": 0.5,
+            "y": 1.0,
+            "yanchor": "bottom",
+            "font": {"color": "#555", "size": 12},
         }
-    ]  # fmt: skip
+    ]
 
 
 def throughput(runs: list[Run]) -> Figure:
@@ -208,9 +219,12 @@ def throughput(runs: list[Run]) -> Figure:
     spec["xaxis"] |= {"anchor": "y2"}
     spec["yaxis"] |= {"domain": [0.56, 1.0], "rangemode": "tozero"}
     spec["yaxis2"] = {
-        "title": {"text": "output tokens/s"}, "domain": [0.0, 0.44], "anchor": "x",
-        "automargin": True, "rangemode": "tozero",
-    }  # fmt: skip
+        "title": {"text": "output tokens/s"},
+        "domain": [0.0, 0.44],
+        "anchor": "x",
+        "automargin": True,
+        "rangemode": "tozero",
+    }
     spec["legend"] |= {"y": -0.14}
     spec["showlegend"] = len(data) > 2  # the panels' titles say what one run's lines are
     return {"data": data, "layout": spec}
@@ -251,9 +265,10 @@ def critical_split(runs: list[Run]) -> Figure | None:
         height=170 + 40 * len(shares),
     )
     spec["yaxis"] |= {
-        "tickmode": "array", "tickvals": names,
+        "tickmode": "array",
+        "tickvals": names,
         "ticktext": [escape(short_label(run.label)) for run, _ in shares],
-    }  # fmt: skip
+    }
     return {"data": data, "layout": spec}
 
 

@@ -80,8 +80,8 @@ def _generated() -> str:
 
 
 def _run_subtitle(run: Run) -> str:
-    s = run.summary
-    span = f"{s.get('start_time', '?')} to {s.get('end_time', '?')}"
+    summary = run.summary
+    span = f"{summary.get('start_time', '?')} to {summary.get('end_time', '?')}"
     drawn, count = sum(1 for r in run.trees.values() if r), len(run.sessions)
     if count == 1:
         sessions = "1 session"

@@ -150,8 +150,8 @@ def _sessions(path: Path) -> list[dict[str, Any]]:
 
 
 def _metric(record: _Record, name: str) -> float | None:
-    v = record.metrics.get(name)
-    return v.value if v is not None and isinstance(v.value, float | int) else None
+    metric = record.metrics.get(name)
+    return metric.value if metric is not None and isinstance(metric.value, float | int) else None
 
 
 class _Reader:
@@ -166,27 +166,27 @@ class _Reader:
         self.failed: list[bool] = []
         self.forks: dict[str, list[tuple[int, float, float | None]]] = {}
 
-    def add(self, r: _Record) -> None:
-        m = r.metadata
-        end = m.request_end_ns or m.request_start_ns
-        if self.first_start is None or m.request_start_ns < self.first_start:
-            self.first_start = m.request_start_ns
+    def add(self, record: _Record) -> None:
+        metadata = record.metadata
+        end = metadata.request_end_ns or metadata.request_start_ns
+        if self.first_start is None or metadata.request_start_ns < self.first_start:
+            self.first_start = metadata.request_start_ns
         self.ends.append(end)
-        self.tokens.append(_metric(r, "output_sequence_length") or 0.0)
-        self.failed.append(r.error is not None and m.cut is None)
-        ttft, latency = _metric(r, "time_to_first_token"), _metric(r, "request_latency")
-        if r.error is None:
+        self.tokens.append(_metric(record, "output_sequence_length") or 0.0)
+        self.failed.append(record.error is not None and metadata.cut is None)
+        ttft, latency = _metric(record, "time_to_first_token"), _metric(record, "request_latency")
+        if record.error is None:
             for name in DRAWN_METRICS:
-                if (v := _metric(r, name)) is not None:
+                if (v := _metric(record, name)) is not None:
                     self.values[name].append(v)
-            if m.branch_mode == "fork" and m.turn_index == 0 and m.depends_on:
+            if metadata.branch_mode == "fork" and metadata.turn_index == 0 and metadata.depends_on:
                 speed = ttft if ttft is not None else latency
                 if speed is not None:
-                    group = self.forks.setdefault(m.depends_on[0], [])
-                    group.append((m.request_start_ns, speed, ttft))
-        tree = self.run.trees.get(m.root_correlation_id or "")
+                    group = self.forks.setdefault(metadata.depends_on[0], [])
+                    group.append((metadata.request_start_ns, speed, ttft))
+        tree = self.run.trees.get(metadata.root_correlation_id or "")
         if tree is not None:
-            tree.append(_request(r, end, ttft, latency))
+            tree.append(_request(record, end, ttft, latency))
 
     def finish(self) -> None:
         run = self.run
@@ -204,23 +204,23 @@ class _Reader:
                 run.siblings.append((group[0][1], sum(others) / len(others)))
 
 
-def _request(r: _Record, end: int, ttft: float | None, latency: float | None) -> Request:
-    m = r.metadata
+def _request(record: _Record, end: int, ttft: float | None, latency: float | None) -> Request:
+    metadata = record.metadata
     return Request(
-        request_id=m.x_request_id,
-        conversation=m.conversation_id,
-        instance=m.x_correlation_id,
-        parent=m.parent_correlation_id,
-        turn=m.turn_index,
-        mode=m.branch_mode,
-        depends_on=tuple(m.depends_on),
-        delay_ms=m.delay_ms,
-        start_ns=m.request_start_ns,
+        request_id=metadata.x_request_id,
+        conversation=metadata.conversation_id,
+        instance=metadata.x_correlation_id,
+        parent=metadata.parent_correlation_id,
+        turn=metadata.turn_index,
+        mode=metadata.branch_mode,
+        depends_on=tuple(metadata.depends_on),
+        delay_ms=metadata.delay_ms,
+        start_ns=metadata.request_start_ns,
         end_ns=end,
         ttft_ms=ttft,
         latency_ms=latency,
-        error=_error(r),
-        backend=m.backend,
+        error=_error(record),
+        backend=metadata.backend,
     )
 
 

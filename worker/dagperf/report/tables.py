@@ -284,12 +284,12 @@ def errors(run: Run) -> str:
 def window(run: Run) -> str:
     """The requests the verdicts rest on: the window's span and counts, what the cut ones leave
     each figure at, and each objective's verdict (undecided ones with why)."""
-    w = run.summary.get("window")
-    if not isinstance(w, dict):
+    recorded = run.summary.get("window")
+    if not isinstance(recorded, dict):
         return "<p>No window in this summary (written by an older dagperf).</p>"
-    requests, sessions = w.get("requests") or {}, w.get("sessions") or {}
+    requests, sessions = recorded.get("requests") or {}, recorded.get("sessions") or {}
     counts = (
-        f"<p>{_cell(w.get('duration_s'))} s at the load's level: "
+        f"<p>{_cell(recorded.get('duration_s'))} s at the load's level: "
         f"{counted(requests.get('completed'), 'request')} completed, "
         f"{_cell(requests.get('failed'))} failed, {_cell(requests.get('cut'))} cut short by "
         f"the run ({_cell(requests.get('cut_before_first_token'))} before a first token); "
@@ -298,11 +298,11 @@ def window(run: Run) -> str:
     )
     rows = [
         (metric, stat, _bounds(low, high))
-        for metric, stats in (w.get("bounds") or {}).items()
+        for metric, stats in (recorded.get("bounds") or {}).items()
         for stat, (low, high) in stats.items()
     ]
     parts = [counts, table(("Metric", "Stat", "With the cut requests (ms)"), rows)]
-    judged = w.get("objectives") or []
+    judged = recorded.get("objectives") or []
     if judged:
         verdicts = [
             (

@@ -8,6 +8,8 @@ operator's final report are written when the run ends (`outcome`). /metrics, /st
 POST /stop are served by `status`.
 
 - `options`: how a scheduler listens, waits, reports and judges (`SchedulerOptions`).
+- `membership`: its workers: registration, heartbeats, who is lost (over the pure `roster`).
+- `timers`: the dispatcher's next deadline, the heartbeat, the wait for cancelled results.
 - `shell`: the `Scheduler`, the event loop's side of all of the above.
 """
 

@@ -43,10 +43,9 @@ class Outbox:
     def collect(self, dispatcher: Dispatcher, now_ns: int, present: Container[str]) -> Mail:
         """Drain the dispatcher's decisions into mail; Forgets only go to workers `present`
         (a lost worker's histories are gone anyway)."""
-        d = dispatcher
         mail = Mail()
         credits: dict[str, list[protocol.Credit]] = {}
-        for flight in d.orders.drain_sends():
+        for flight in dispatcher.orders.drain_sends():
             self._issued[flight.credit] = now_ns
             for armed in armed_under(flight):  # issued now, started by the worker later
                 self._issued[armed.credit] = now_ns
@@ -54,14 +53,14 @@ class Outbox:
         for worker, batch in credits.items():
             for frames in protocol.encode_batches(protocol.Credits, batch, protocol.MAX_TO_WORKER):
                 mail.items.append((worker, frames))
-        cancels = _by_worker((f.worker, f.credit) for f in d.drain_cancels())
+        cancels = _by_worker((f.worker, f.credit) for f in dispatcher.drain_cancels())
         for worker, ids in cancels.items():
             mail.add(worker, protocol.Cancel(ids))
         mail.cancelled = bool(cancels)
-        disarms = _by_worker((f.worker, f.credit) for f in d.orders.drain_disarms())
+        disarms = _by_worker((f.worker, f.credit) for f in dispatcher.orders.drain_disarms())
         for worker, ids in disarms.items():
             mail.add(worker, protocol.Disarm(ids))
-        mail.retired = d.orders.drain_retired()
+        mail.retired = dispatcher.orders.drain_retired()
         forgets = _by_worker((w, run.id) for run in mail.retired for w in run.workers)
         for worker, runs in forgets.items():
             if worker in present:
@@ -71,6 +70,16 @@ class Outbox:
     def issued(self, credit: int, otherwise: int) -> int:
         """When the credit went out (`otherwise` if it never did); the outbox keeps it."""
         return self._issued.get(credit, otherwise)
+
+    def unanswered(
+        self, credit: int, error: protocol.ErrorInfo, now_ns: int, cancelled: bool = False
+    ) -> protocol.Result:
+        """The record of a request whose answer will never come (its worker was lost, or did
+        not answer a cancel): cut at `now_ns`, with what it saw lost; `cancelled` at `now_ns`."""
+        issued = self.issued(credit, now_ns)
+        cut = protocol.Cut((now_ns - issued) / 1e6, None)
+        cancelled_ns = now_ns if cancelled else None
+        return protocol.Result(credit, issued, None, now_ns, {}, error, cancelled_ns, cut=cut)
 
     def settle(self, credit: int) -> int:
         """When the credit went out (0 if unknown), forgetting it: its result is in."""

@@ -42,9 +42,13 @@ class Outcome:
 
 
 def write_final_report(
-    path: Path, outcome: Outcome, status: StatusReport, benchmark: str, duration_s: float,
+    path: Path,
+    outcome: Outcome,
+    status: StatusReport,
+    benchmark: str,
+    duration_s: float,
     results: Path,
-) -> None:  # fmt: skip
+) -> None:
     """The final report, within the termination message's limit; a failure to write it is
     logged, since the run's own files are already written."""
     final = FinalReport(
@@ -75,26 +79,32 @@ def _wall_ns(window: Window) -> tuple[int | None, int | None]:
 
 
 def conclude(
-    dispatcher: Dispatcher, output: RunOutput, interrupted: bool, stopped: bool,
+    dispatcher: Dispatcher,
+    output: RunOutput,
+    interrupted: bool,
+    stopped: bool,
     max_error_rate: float,
-) -> Outcome:  # fmt: skip
+) -> Outcome:
     """Write the run's summary files and judge it: a run cut short is not judged on its
     errors (see `dagperf.verdict`)."""
-    d = dispatcher
     cut_short = interrupted or stopped
     document, write_failure = output.write_summary(
-        d.branch_stats.as_dict(),
-        complete=d.finished and d.failure is None and not cut_short,
-        cancelled=cut_short or d.failure is not None,
-        window_ns=_wall_ns(d.window),
+        dispatcher.branch_stats.as_dict(),
+        complete=dispatcher.finished and dispatcher.failure is None and not cut_short,
+        cancelled=cut_short or dispatcher.failure is not None,
+        window_ns=_wall_ns(dispatcher.window),
     )
-    s = output.summary
-    failure = d.failure or write_failure
+    summary = output.summary
+    failure = dispatcher.failure or write_failure
     if failure is None and not cut_short:
-        failure = unmeasured(s.ok, s.error_count, s.cut, s.unseen)
-    outcome = Outcome(document, failure, d.closed_reason, interrupted, stopped)
+        failure = unmeasured(summary.ok, summary.error_count, summary.cut, summary.unseen)
+    outcome = Outcome(document, failure, dispatcher.closed_reason, interrupted, stopped)
     if failure is None and not cut_short:
         outcome.rejected = rejection(
-            s.ok, s.error_count, max_error_rate, s.most_common_error(), s.cut
+            summary.ok,
+            summary.error_count,
+            max_error_rate,
+            summary.most_common_error(),
+            summary.cut,
         )
     return outcome

@@ -1,9 +1,9 @@
-"""The `Scheduler`: sockets, timers and heartbeats around the dispatcher.
+"""The `Scheduler`: the socket and the timers around the dispatcher.
 
-A worker that stops heartbeating for `worker_timeout_s` (or whose process the local driver sees
-exit) is lost: its requests in flight become error records and the sessions it held end. After
-a cancellation, results get `cancel_timeout_s` to come back before the requests still missing
-are recorded as cancelled by the scheduler itself, so a hung worker cannot hold a run open.
+Its workers are `membership`'s (registration, heartbeats, who is lost). A lost worker's requests
+in flight become records and the sessions it held end. After a cancellation, results get
+`cancel_timeout_s` to come back before the requests still missing are recorded as cancelled by
+the scheduler itself, so a hung worker cannot hold a run open.
 
 Only workers holding the benchmark's worker key get through the CURVE handshake
 (`dagperf.vocabulary.keys`); a worker configured for another server than this run's is refused at
@@ -26,12 +26,12 @@ from dagperf.exports.run import Artifacts, RunOutput
 from dagperf.graph import RequestGraph
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.window import WindowSample, sampled
-from dagperf.scheduler.deadline import DeadlineTimer
-from dagperf.scheduler.options import SchedulerError, SchedulerOptions, worker_settings
+from dagperf.scheduler.membership import Membership
+from dagperf.scheduler.options import SchedulerError, SchedulerOptions
 from dagperf.scheduler.outbox import Outbox
 from dagperf.scheduler.outcome import Outcome, conclude, write_final_report
-from dagperf.scheduler.roster import Greeting, Roster
-from dagperf.scheduler.status import StatusServer, status_report
+from dagperf.scheduler.status import LiveStatus, status_report
+from dagperf.scheduler.timers import Timers
 from dagperf.transport import protocol
 from dagperf.transport.channel import Channel, receive
 from dagperf.vocabulary.config import LoadConfig
@@ -55,37 +55,31 @@ class Scheduler:
         self.endpoint = endpoint
         self.artifacts = artifacts
         self.options = options
-        self.on_progress = on_progress
-        self.live = LiveMetrics(options.benchmark) if options.metrics_port is not None else None
-        o = options
-        window = WindowSample(sampled(endpoint.streaming), o.objectives, o.confidence)
+        live = LiveMetrics(options.benchmark) if options.metrics_port is not None else None
+        window = WindowSample(sampled(endpoint.streaming), options.objectives, options.confidence)
         self.output = RunOutput(
-            artifacts, o.goodput, self.live, o.slice_duration_s, o.scrape, window
+            artifacts, options.goodput, live, options.slice_duration_s, options.scrape, window
         )
         until = None
-        if o.objectives and o.max_duration_s is not None:
-            until = Until(self.output.decided, o.max_duration_s)
+        if options.objectives and options.max_duration_s is not None:
+            until = Until(self.output.decided, options.max_duration_s)
         self.dispatcher = Dispatcher(graph, load, time.monotonic, until=until)
-        self.status_server: StatusServer | None = None
+        self._shown = LiveStatus(live, options, self.dispatcher, self.output, on_progress)
         self._state = RunState.WAITING
         self.endpoint_url: str | None = None  # the address really bound, once listening
-        self._peers = Roster(endpoint.url, time.monotonic)
+        self._members = Membership(
+            endpoint, options, self.dispatcher, self._send, self._lose, self._end_reason
+        )
         self._outbox = Outbox(endpoint)
-        self._settings = worker_settings(endpoint, options.tokenizer_json)
         self._interrupted = False
         self._stop_requested = False
-        self._registration_failure: str | None = None
         self._done = asyncio.Event()
-        self._enough = asyncio.Event()
         self._stopped = asyncio.Event()  # a stop request: also ends the metrics linger
-        self._timer = DeadlineTimer(self._on_timer)
-        self._cancel_deadline: asyncio.TimerHandle | None = None
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._timers = Timers(options, self._on_timer, self._watch, self._abandon)
 
     # --- the run ----------------------------------------------------------------------------
 
     async def run(self) -> Outcome:
-        loop = asyncio.get_running_loop()
         try:
             self.output.open(self.graph, self.endpoint)
         except OSError as e:
@@ -95,50 +89,26 @@ class Scheduler:
         self.endpoint_url = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._channel = Channel(socket, self._on_message, self._flush)
         self.artifacts.run_info.setdefault("benchmark_id", secrets.token_hex(6))
-        self._watchdog = loop.call_later(self.options.heartbeat_s, self._watch)
+        self._timers.start()
         try:
-            if self.options.metrics_port is not None:
-                registry = self.live.registry if self.live else None
-                token = self.options.keys.token_matches
-                self.status_server = StatusServer(self.status, registry, self.stop, token)
-                await self.status_server.start(self.options.metrics_host, self.options.metrics_port)
-            await self._await_workers()
+            await self._shown.serve(self.status, self.stop)
+            await self._members.wait(self.endpoint_url)
             if not self._cut_short:
-                log.info("%d worker(s) registered; starting", len(self._peers))
+                log.info("%d worker(s) registered; starting", len(self._members))
                 self._state = RunState.RUNNING
                 self.dispatcher.begin()
                 self._flush()
                 await self._done.wait()
-            for worker in self._peers:
-                self._send(worker, protocol.Shutdown(self._end_reason()))
+            self._members.shut_down(self._end_reason())
         finally:
-            self._timer.cancel()
-            for handle in (self._watchdog, self._cancel_deadline):
-                if handle is not None:
-                    handle.cancel()
+            self._timers.cancel()
             await self.output.close()
             self._channel.close()
             gate.close()
         outcome = self._write_summary()
         self._state = outcome.state
-        if self.status_server is not None:
-            if self.live is not None:
-                self._update_live()
-            await self.status_server.linger(self._stopped, self.options.metrics_linger_s)
-            await self.status_server.stop()
+        await self._shown.close(len(self._members), self._stopped)
         return outcome
-
-    async def _await_workers(self) -> None:
-        try:
-            await asyncio.wait_for(self._enough.wait(), self.options.registration_timeout_s)
-            if self._registration_failure is not None:
-                raise SchedulerError(self._registration_failure)
-        except TimeoutError:
-            o = self.options
-            raise SchedulerError(
-                f"only {len(self._peers)} of {o.expected_workers} worker(s) registered within "
-                f"{o.registration_timeout_s:.0f} s at {self.endpoint_url}"
-            ) from None
 
     def interrupt(self, reason: str) -> None:
         """Stop sending, cancel what is in flight, and end the run with what it has."""
@@ -159,21 +129,14 @@ class Scheduler:
 
     def _wind_down(self) -> None:
         self._stopped.set()
-        self._enough.set()  # stop waiting for workers, if still waiting
+        self._members.enough.set()  # stop waiting for workers, if still waiting
         if self.endpoint_url is not None:
             self._flush()
 
     def worker_exited(self, worker: str, why: str) -> None:
         """The local driver saw a worker process end. It starts no replacement: before the run
         begins, the expected number can no longer be reached, so waiting would be in vain."""
-        if self.dispatcher.finished:
-            self._peers.remove(worker)  # it was told to shut down: nothing is lost
-            return
-        if worker in self._peers:
-            self._lose(worker, why)
-        if self._state is RunState.WAITING and self._registration_failure is None:
-            self._registration_failure = f"worker {worker} ended before the run began: {why}"
-            self._enough.set()
+        self._members.exited(worker, why, before_the_run=self._state is RunState.WAITING)
 
     def _end_reason(self) -> str:
         return self.dispatcher.failure or self.dispatcher.closed_reason or "the run is complete"
@@ -185,16 +148,7 @@ class Scheduler:
             return
         worker = frames[0].decode("utf-8", "replace")
         message = receive(frames[1:])
-        if message is None:
-            return
-        if isinstance(message, protocol.Hello):
-            self._hello(worker, message)
-            return
-        if isinstance(message, protocol.Heartbeat):  # from the worker's heartbeat socket
-            self._peers.beat(message)
-            return
-        if not self._peers.heard(worker):
-            log.debug("ignored a %s from unregistered worker %s", type(message).__name__, worker)
+        if message is None or not self._members.take(worker, message):
             return
         if isinstance(message, protocol.Results):
             # What these results release goes out first; the bookkeeping can wait.
@@ -209,51 +163,33 @@ class Scheduler:
                     self._record(flight, result)
             self._check_writes()
 
-    def _hello(self, worker: str, hello: protocol.Hello) -> None:
-        greeting = self._peers.greet(worker, hello)
-        if greeting is Greeting.REFUSED:
-            log.error("refused worker %s: it sends to %s, this run measures %s", worker,
-                      hello.url[:200], self.endpoint.url)  # fmt: skip
-            reason = f"this worker sends to {hello.url[:200]}, the run measures {self.endpoint.url}"
-            self._send(worker, protocol.Shutdown(reason))
-            return
-        if greeting is Greeting.RESTARTED:
-            self._lose(worker, "it restarted")  # same name, new process: its histories are gone
-        if greeting is not Greeting.KNOWN:
-            if self.dispatcher.finished:
-                self._send(worker, protocol.Shutdown(self._end_reason()))
-                return
-            self._peers.add(worker, hello.incarnation)
-            self.dispatcher.add_worker(worker)
-            log.info("worker %s registered (pid %d)", worker, hello.pid)
-        self._send(worker, protocol.Welcome(self._settings, self.options.heartbeat_s))
-        if len(self._peers) >= self.options.expected_workers:
-            self._enough.set()
-
     def _record(self, flight: Flight, result: protocol.Result) -> None:
         issued = self._outbox.settle(flight.credit)
         if flight.phase is Phase.PROFILING:
             params = self._outbox.params(flight.run.tree.nodes[flight.node].payload)
             self.output.add(flight, result, issued, params)
 
-    # --- workers ----------------------------------------------------------------------------
+    def _lose(self, worker: str, why: str) -> None:
+        self._members.roster.remove(worker)
+        lost = self.dispatcher.remove_worker(worker)
+        log.warning(
+            "lost worker %s (%s); %d request(s) in flight on it are lost", worker, why, len(lost)
+        )
+        now = time.time_ns()
+        error = protocol.ErrorInfo(None, "WorkerLost", f"worker {worker} was lost: {why}")
+        for flight in lost:  # the run lost them, not the endpoint: cut, nothing seen of them
+            self._record(flight, self._outbox.unanswered(flight.credit, error, now))
+        self._flush()
+
+    # --- every heartbeat --------------------------------------------------------------------
 
     def _watch(self) -> None:
-        """Every heartbeat: tell workers we live, and lose the ones that went silent."""
+        """Every heartbeat: hear the workers out, report progress, write what is pending."""
         self._channel.drain()  # a busy loop may not have read heartbeats that did arrive
-        for worker, silence in self._peers.silent(self.options.worker_timeout_s):
-            self._lose(worker, f"no heartbeat for {silence:.1f} s")
-        for worker in self._peers:
-            self._send(worker, protocol.Heartbeat())
-        if self.on_progress is not None and self._enough.is_set():
-            self.on_progress(self.dispatcher.progress(), self.output.ttft_p50_ms())
-        if self.live is not None:
-            self._update_live()
+        self._members.watch()
+        self._shown.refresh(len(self._members), running=self._members.enough.is_set())
         self.output.flush()
         self._check_writes()
-        self._watchdog = asyncio.get_running_loop().call_later(
-            self.options.heartbeat_s, self._watch
-        )
 
     def _check_writes(self) -> None:
         """A record that cannot be written ends the run: measuring on would measure for nothing."""
@@ -262,43 +198,22 @@ class Scheduler:
             self.dispatcher.fail(failure)
             self._flush()
 
-    def _update_live(self) -> None:
-        assert self.live is not None
-        self.live.update(self.dispatcher.progress(), len(self._peers), self.dispatcher.branch_stats)
-
     def status(self) -> StatusReport:
         """The run as the operator reads it from /status."""
-        workers = Workers(desired=self.options.expected_workers, registered=len(self._peers))
+        workers = Workers(desired=self.options.expected_workers, registered=len(self._members))
         return status_report(self._state, self.dispatcher, workers, self.output.summary)
-
-    def _lose(self, worker: str, why: str) -> None:
-        self._peers.remove(worker)
-        lost = self.dispatcher.remove_worker(worker)
-        log.warning(
-            "lost worker %s (%s); %d request(s) in flight on it are lost", worker, why, len(lost)
-        )
-        now = time.time_ns()
-        for flight in lost:  # the run lost them, not the endpoint: cut, nothing seen of them
-            issued = self._outbox.issued(flight.credit, now)
-            error = protocol.ErrorInfo(None, "WorkerLost", f"worker {worker} was lost: {why}")
-            cut = protocol.Cut((now - issued) / 1e6, None)
-            self._record(flight, protocol.Result(
-                flight.credit, issued, None, now, {}, error, cut=cut
-            ))  # fmt: skip
-        self._flush()
 
     # --- output -----------------------------------------------------------------------------
 
     def _flush(self) -> None:
         """Send what the dispatcher decided, batched per worker, and re-arm its timer."""
-        mail = self._outbox.collect(self.dispatcher, time.time_ns(), self._peers)
+        mail = self._outbox.collect(self.dispatcher, time.time_ns(), self._members.roster)
         for worker, frames in mail.items:
             self._channel.send([worker.encode(), *frames])
         self.output.retire(mail.retired)
-        if mail.cancelled and self._cancel_deadline is None:
-            loop = asyncio.get_running_loop()
-            self._cancel_deadline = loop.call_later(self.options.cancel_timeout_s, self._abandon)
-        self._timer.set(self.dispatcher.next_deadline())
+        if mail.cancelled:
+            self._timers.cancelled()
+        self._timers.deadline.set(self.dispatcher.next_deadline())
         if self.dispatcher.finished:
             self._done.set()
 
@@ -308,18 +223,14 @@ class Scheduler:
 
     def _abandon(self) -> None:
         """Cancelled requests whose results never came back: record them as cancelled here."""
-        self._cancel_deadline = None
         now = time.time_ns()
+        message = f"no result within {self.options.cancel_timeout_s:.0f} s of cancelling"
+        error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
         for flight in self.dispatcher.in_flight():
             if self.dispatcher.complete(flight.credit, ok=False, cancelled=True) is None:
                 continue
-            issued = self._outbox.issued(flight.credit, now)
-            message = f"no result within {self.options.cancel_timeout_s:.0f} s of cancelling"
-            error = protocol.ErrorInfo(499, protocol.CANCELLED, message)
-            cut = protocol.Cut((now - issued) / 1e6, None)  # what it saw is lost with it
-            self._record(flight, protocol.Result(
-                flight.credit, issued, None, now, {}, error, now, cut=cut
-            ))  # fmt: skip
+            result = self._outbox.unanswered(flight.credit, error, now, cancelled=True)
+            self._record(flight, result)  # what it saw is lost with it
         self._flush()
 
     def _send(self, worker: str, message: protocol.Message) -> None:
@@ -327,14 +238,21 @@ class Scheduler:
 
     def _write_summary(self) -> Outcome:
         outcome = conclude(
-            self.dispatcher, self.output, self._interrupted, self._stop_requested,
+            self.dispatcher,
+            self.output,
+            self._interrupted,
+            self._stop_requested,
             self.options.max_error_rate,
-        )  # fmt: skip
+        )
         if self.options.summary_file is not None:
             write_final_report(
-                self.options.summary_file, outcome, self.status(), self.options.benchmark,
-                self.output.summary.duration_s, self.artifacts.directory,
-            )  # fmt: skip
+                self.options.summary_file,
+                outcome,
+                self.status(),
+                self.options.benchmark,
+                self.output.summary.duration_s,
+                self.artifacts.directory,
+            )
         return outcome
 
 

@@ -1,5 +1,5 @@
-"""The scheduler's HTTP face: /metrics for Prometheus, /status and POST /stop for the operator,
-/healthz.
+"""What the scheduler shows while it runs: /metrics for Prometheus, /status and POST /stop for the
+operator, /healthz, and the progress the console prints (`LiveStatus`).
 
 It listens where Prometheus and the operator can reach it, so what changes state needs a credential:
 POST /stop takes the run's control token as a bearer token (`dagperf.vocabulary.keys`), and answers
@@ -23,7 +23,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from dagperf.engine import Dispatcher
+from dagperf.engine import Progress as DispatchProgress
+from dagperf.exports.run import RunOutput
+from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
+from dagperf.scheduler.options import SchedulerOptions
 from dagperf.vocabulary.contract import MetricsSummary, Progress, RunState, StatusReport, Workers
 
 log = logging.getLogger("dagperf.scheduler")
@@ -33,10 +37,10 @@ def metrics_summary(summary: PhaseSummary) -> MetricsSummary:
     """Throughput, TTFT and ITL percentiles and error rate, so far or final."""
 
     def percentiles(name: str) -> tuple[float | None, float | None]:
-        d = summary.distributions.get(name)
-        if d is None or not d.count:
+        distribution = summary.distributions.get(name)
+        if distribution is None or not distribution.count:
             return None, None
-        p50, p99 = d.percentiles((50, 99))
+        p50, p99 = distribution.percentiles((50, 99))
         return _finite(p50), _finite(p99)
 
     aggregates = summary.aggregates()
@@ -56,23 +60,22 @@ def status_report(
     state: RunState, dispatcher: Dispatcher, workers: Workers, summary: PhaseSummary
 ) -> StatusReport:
     """The run as the operator reads it from /status."""
-    d = dispatcher
-    p = d.progress()
+    progress = dispatcher.progress()
     return StatusReport(
         state=state,
-        phase=p.phase.label,
+        phase=progress.phase.label,
         workers=workers,
         progress=Progress(
-            requests_sent=p.sent,
-            requests_completed=p.completed,
-            requests_total=p.expected,
-            errors=p.errors,
-            in_flight=p.in_flight,
-            cut=p.cut,
+            requests_sent=progress.sent,
+            requests_completed=progress.completed,
+            requests_total=progress.expected,
+            errors=progress.errors,
+            in_flight=progress.in_flight,
+            cut=progress.cut,
         ),
-        branch_stats=d.branch_stats.as_dict(),
+        branch_stats=dispatcher.branch_stats.as_dict(),
         summary=metrics_summary(summary),
-        failure=d.failure,
+        failure=dispatcher.failure,
     )
 
 
@@ -143,3 +146,49 @@ class StatusServer:
             )
         self._stop("stopped on request")
         return web.json_response({"stopping": True})
+
+
+class LiveStatus:
+    """The run as it goes: live metrics at /metrics, /status and POST /stop (a `StatusServer`,
+    when the options give a metrics port), and the console's progress; refreshed every
+    heartbeat and once more at the end, then served a while longer for a last scrape."""
+
+    def __init__(
+        self,
+        metrics: LiveMetrics | None,
+        options: SchedulerOptions,
+        dispatcher: Dispatcher,
+        output: RunOutput,
+        on_progress: Callable[[DispatchProgress, float | None], None] | None,
+    ):
+        """`metrics`: the run's, which its `output` feeds; None without a metrics port."""
+        self.metrics = metrics
+        self._options = options
+        self._dispatcher = dispatcher
+        self._output = output
+        self._on_progress = on_progress
+        self._server: StatusServer | None = None
+
+    async def serve(self, status: Callable[[], StatusReport], stop: Callable[[str], None]) -> None:
+        port = self._options.metrics_port
+        if port is None:
+            return
+        registry = self.metrics.registry if self.metrics else None
+        self._server = StatusServer(status, registry, stop, self._options.keys.token_matches)
+        await self._server.start(self._options.metrics_host, port)
+
+    def refresh(self, workers: int, running: bool) -> None:
+        """The live metrics, and (once the run is `running`) the console's progress."""
+        if running and self._on_progress is not None:
+            self._on_progress(self._dispatcher.progress(), self._output.ttft_p50_ms())
+        if self.metrics is not None:
+            dispatcher = self._dispatcher
+            self.metrics.update(dispatcher.progress(), workers, dispatcher.branch_stats)
+
+    async def close(self, workers: int, stopped: asyncio.Event) -> None:
+        """The run is over: show its end, then serve until the linger is over or a stop."""
+        if self._server is None:
+            return
+        self.refresh(workers, running=False)
+        await self._server.linger(stopped, self._options.metrics_linger_s)
+        await self._server.stop()

@@ -18,8 +18,13 @@ from dagperf.vocabulary.catalog import OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 STATS = ("avg", "min", "max", *(f"p{p}" for p in PERCENTILES))
 SESSION_METRICS = ("session_duration",)
 METRICS = (*RECORD, *SESSION_METRICS, "error_rate")
-STREAMED = ("time_to_first_token", "time_to_second_token", "inter_token_latency",
-            "inter_chunk_latency", "output_token_throughput_per_user")  # fmt: skip
+STREAMED = (
+    "time_to_first_token",
+    "time_to_second_token",
+    "inter_token_latency",
+    "inter_chunk_latency",
+    "output_token_throughput_per_user",
+)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from dagperf.verdict import Verdict
+from dagperf.vocabulary.config import LoadConfig
 
 DEFAULT_MAX_STEP_S = 600.0  # the longest a step measures, by default
 
@@ -28,6 +29,22 @@ PARAMETERS = {
     "request_rate": "request_rate",
     "session_rate": "request_rate",
 }
+
+
+def search_load_problem(
+    parameter: str, load: LoadConfig, max_step_s: float
+) -> tuple[str, str] | None:
+    """The LoadConfig field that a search of `parameter` cannot take as `load` gives it, and
+    why: the CLI names the field by its flag, a Benchmark by its own name."""
+    field = PARAMETERS[parameter]
+    if getattr(load, field) is not None:
+        return field, "the search sets it; leave it out"
+    if field == "request_rate" and load.fixed_schedule and load.concurrency is None:
+        return "fixed_schedule", "a rate search sets when roots arrive; leave it out"
+    if load.benchmark_duration and load.benchmark_duration > max_step_s:
+        why = f"the shortest a step runs, above the longest a step measures ({max_step_s:g} s)"
+        return "benchmark_duration", why
+    return None
 
 
 @dataclass

@@ -31,7 +31,7 @@ from dagperf.vocabulary.contract import (
     RunState,
     SearchReport,
     SearchStep,
-)  # fmt: skip
+)
 
 MAX_RATE_WARMUP = 100
 
@@ -72,8 +72,11 @@ async def run_search(search: Search, out: TextIO) -> int:
     while (value := search.plan.next_value()) is not None:
         index = len(steps) + 1
         step_plan = _step(search, value, index)
-        print(f"step {index}: {search.parameter} {_shown(value, search.plan.integer)} ...",
-              file=out, flush=True)  # fmt: skip
+        print(
+            f"step {index}: {search.parameter} {_shown(value, search.plan.integer)} ...",
+            file=out,
+            flush=True,
+        )
         outcome = await run_local(step_plan, Console(quiet=True))
         if outcome.failure is not None or outcome.interrupted or outcome.stopped:
             state = outcome.state
@@ -99,9 +102,12 @@ async def run_search(search: Search, out: TextIO) -> int:
 
 
 def _final_report(
-    search: Search, steps: list[dict[str, Any]], documents: list[dict[str, Any]],
-    state: RunState, reason: str | None,
-) -> None:  # fmt: skip
+    search: Search,
+    steps: list[dict[str, Any]],
+    documents: list[dict[str, Any]],
+    state: RunState,
+    reason: str | None,
+) -> None:
     """What the operator reads from --summary-file: the answer, the steps, and the figures of
     the step at the answer (or the last one)."""
     options = search.base.scheduler_options
@@ -131,10 +137,12 @@ def _final_report(
         summary=_metrics_summary(shown),
         results_path=str(search.directory),
         search=SearchReport(
-            parameter=search.parameter, slo=results["slo"], best=results["best"],
+            parameter=search.parameter,
+            slo=results["slo"],
+            best=results["best"],
             steps=[SearchStep(s["value"], s["meets_slo"], s["verdict"]) for s in steps],
         ),
-    )  # fmt: skip
+    )
     Path(path).write_bytes(report.compact())
 
 
@@ -175,9 +183,12 @@ def _step(search: Search, value: float, index: int) -> LocalPlan:
         "max_duration_s": search.max_step_s,
     }
     return dataclasses.replace(
-        base, load=load, artifact_dir=search.directory / name, input_config=inputs,
+        base,
+        load=load,
+        artifact_dir=search.directory / name,
+        input_config=inputs,
         scheduler_options=options,
-    )  # fmt: skip
+    )
 
 
 def _write(search: Search, steps: list[dict[str, Any]]) -> None:

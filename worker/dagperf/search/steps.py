@@ -37,8 +37,9 @@ def step_record(value: float, document: dict[str, Any], directory: Path) -> dict
         verdict = Verdict.MEETS
     else:
         verdict = Verdict.UNDECIDED
-    why = "; ".join(f"{j['objective']}: {j['why']}" for j in judgements
-                    if j["verdict"] == Verdict.UNDECIDED)  # fmt: skip
+    why = "; ".join(
+        f"{j['objective']}: {j['why']}" for j in judgements if j["verdict"] == Verdict.UNDECIDED
+    )
     return {
         "value": value,
         "verdict": verdict.value,
@@ -93,11 +94,15 @@ def table(results: dict[str, Any]) -> str:
     for s in results["steps"]:
         by_name = {j["objective"]: j for j in s["objectives"]}
         requests = s["requests"]
-        rows.append([
-            str(s["value"]), s["verdict"], str(requests.get("completed", "-")),
-            str(requests.get("cut", "-")),
-            *(judged(by_name[o]) if o in by_name else "-" for o in objectives),
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(s["value"]),
+                s["verdict"],
+                str(requests.get("completed", "-")),
+                str(requests.get("cut", "-")),
+                *(judged(by_name[o]) if o in by_name else "-" for o in objectives),
+            ]
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["", "dagperf | search"]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]

@@ -68,12 +68,12 @@ class Backend:
     def admit(self, prompt: list[str]) -> int:
         """Look the prompt up in this backend's cache; the tokens found there."""
         cached = self.cache.admit(prompt)
-        m = self.metrics
-        m.queries.inc(len(prompt))
-        m.hits.inc(cached)
-        m.prompt_tokens.inc(len(prompt))
+        metrics = self.metrics
+        metrics.queries.inc(len(prompt))
+        metrics.hits.inc(cached)
+        metrics.prompt_tokens.inc(len(prompt))
         if self.cache.capacity:
-            m.kv_usage.set(len(self.cache) / self.cache.capacity)
+            metrics.kv_usage.set(len(self.cache) / self.cache.capacity)
         return cached
 
 

@@ -82,9 +82,12 @@ class Engine:
     """Sequence slots decoded in steps; its loop runs while there is work."""
 
     def __init__(
-        self, slots: int, itl_ms: float, batch_itl_ms: float,
+        self,
+        slots: int,
+        itl_ms: float,
+        batch_itl_ms: float,
         gauges: Callable[[int, int], None] = lambda running, waiting: None,
-    ):  # fmt: skip
+    ):
         self.slots = slots
         self._itl_s = itl_ms / 1000
         self._batch_s = batch_itl_ms / 1000

@@ -76,8 +76,10 @@ def _load_tasks(config: LmevalSource) -> list[tuple[str, Any]]:
     known = set(manager.all_tasks)
     if unknown := [name for name in config.tasks if name not in known]:
         where = "lm-eval's tasks" + (" and the include_path" if paths else "")
-        raise ConfigError(config.source, [f"{TASKS}: unknown task {name!r} (not among {where})"
-                                          for name in unknown])  # fmt: skip
+        raise ConfigError(
+            config.source,
+            [f"{TASKS}: unknown task {name!r} (not among {where})" for name in unknown],
+        )
     with _failing(config.source, f"{TASKS}: cannot load {', '.join(config.tasks)}"):
         with warnings.catch_warnings():  # deprecated since 0.4.13; it is what Veeksha calls, and
             warnings.simplefilter("ignore", DeprecationWarning)  # its order of tasks is Veeksha's
@@ -162,8 +164,10 @@ def _unsent(documents: list[Document]) -> list[str]:
     name = documents[0][0]
     problems = []
     if kinds := sorted({i.request_type for i in instances} - set(SENT)):
-        problems.append(f"{TASKS}: {name!r} makes {', '.join(kinds)} requests; dagperf sends "
-                        f"{' and '.join(SENT)}, as Veeksha does")  # fmt: skip
+        problems.append(
+            f"{TASKS}: {name!r} makes {', '.join(kinds)} requests; dagperf sends "
+            f"{' and '.join(SENT)}, as Veeksha does"
+        )
     if any(len(i.args) > 2 and isinstance(i.args[2], dict) and i.args[2] for i in instances):
         problems.append(f"{TASKS}: {name!r} sends images or audio; only text is supported")
     return problems

@@ -46,17 +46,35 @@ from dagperf.synthetic.outcomes import ConfigError, LmevalSource, TraceReader, T
 
 log = logging.getLogger("dagperf")
 
-FLAG_SECTIONS = frozenset({
-    "output_dir", "traffic_scheduler", "evaluators", "client", "server", "trace_recorder",
-    "wandb", "mode", "metrics", "dashboard",
-})  # fmt: skip
+FLAG_SECTIONS = frozenset(
+    {
+        "output_dir",
+        "traffic_scheduler",
+        "evaluators",
+        "client",
+        "server",
+        "trace_recorder",
+        "wandb",
+        "mode",
+        "metrics",
+        "dashboard",
+    }
+)
 OWN_SECTIONS = frozenset({"seed", "session_generator", "runtime"})
 VEEKSHA_LENGTH = {"type": "uniform", "min": 6, "max": 12}  # Veeksha's default length generator
 CHANNEL_FIELDS = {
-    "type", "body_length_generator", "shared_prefix_ratio", "shared_prefix_probability"
-}  # fmt: skip
-KEY_FIELDS = {"conversation_column": "column", "role_key": "role", "content_key": "content",
-              "user_role_value": "user", "assistant_role_value": "assistant"}  # fmt: skip
+    "type",
+    "body_length_generator",
+    "shared_prefix_ratio",
+    "shared_prefix_probability",
+}
+KEY_FIELDS = {
+    "conversation_column": "column",
+    "role_key": "role",
+    "content_key": "content",
+    "user_role_value": "user",
+    "assistant_role_value": "assistant",
+}
 FLAVOR_FIELDS = {  # each flavour dagperf reads, and the options of its Veeksha config
     "timed_synthetic_session": {"corpus_file", "page_size"},
     "request_log": {"corpus_file", "page_size"},
@@ -80,8 +98,13 @@ def from_veeksha(
         raise ConfigError(source, [f"{key}: unknown field" for key in unknown])
     if ignored := sorted(set(data) & FLAG_SECTIONS):
         but = " (but traffic_scheduler.cancel_session_on_failure)" * ("traffic_scheduler" in data)
-        log.warning("%s: %s left out%s: dagperf takes them from its flags (--url, --concurrency, "
-                    "--request-rate, ...)", source, ", ".join(ignored), but)  # fmt: skip
+        log.warning(
+            "%s: %s left out%s: dagperf takes them from its flags (--url, --concurrency, "
+            "--request-rate, ...)",
+            source,
+            ", ".join(ignored),
+            but,
+        )
     cancel = _cancel_on_failure(data.get("traffic_scheduler") or {}, source)
     generator = _mapping(data["session_generator"], "session_generator", source)
     kind = generator.get("type")
@@ -91,8 +114,13 @@ def from_veeksha(
         return replace(_trace(generator, data, source, base), cancel_session_on_failure=cancel)
     if kind == "lmeval":
         return replace(_lmeval(generator, data, source, base), cancel_session_on_failure=cancel)
-    raise ConfigError(source, [f"session_generator.type: unknown type {kind!r}: expected one of "
-                               "synthetic, trace, lmeval"])  # fmt: skip
+    raise ConfigError(
+        source,
+        [
+            f"session_generator.type: unknown type {kind!r}: expected one of "
+            "synthetic, trace, lmeval"
+        ],
+    )
 
 
 def _mapping(value: Any, path: str, source: str) -> dict[str, Any]:
@@ -106,9 +134,9 @@ def _cancel_on_failure(traffic: Any, source: str) -> bool:
     value = _mapping(traffic, "traffic_scheduler", source).get("cancel_session_on_failure", True)
     if not isinstance(value, bool):
         raise ConfigError(
-            source, [f"traffic_scheduler.cancel_session_on_failure: expected true or false, got "
-                     f"{value!r}"]
-        )  # fmt: skip
+            source,
+            [f"traffic_scheduler.cancel_session_on_failure: expected true or false, got {value!r}"],
+        )
     return value
 
 
@@ -136,8 +164,13 @@ def _synthetic(gen: dict[str, Any], data: dict[str, Any], source: str) -> dict[s
         }
         _only(channel, fields, path, source)
         if channel.get("shared_prefix_probability", 1.0) != 1.0:
-            raise ConfigError(source, [f"{path}.shared_prefix_probability: only 1.0 (every root "
-                                       "shares the prefix) is supported"])  # fmt: skip
+            raise ConfigError(
+                source,
+                [
+                    f"{path}.shared_prefix_probability: only 1.0 (every root "
+                    "shares the prefix) is supported"
+                ],
+            )
         prompt["input_length"] = channel.get("body_length_generator", VEEKSHA_LENGTH)
         if "shared_prefix_ratio" in channel:
             prompt["shared_prefix_ratio"] = channel["shared_prefix_ratio"]
@@ -163,12 +196,18 @@ def _trace(
     gen: dict[str, Any], data: dict[str, Any], source: str, base: Path | None
 ) -> TraceSource:
     _only(gen, {"type", "trace_file", "flavor", "wrap_mode"}, "session_generator", source)
-    flavor = _mapping(gen.get("flavor", {"type": "timed_synthetic_session"}),
-                      "session_generator.flavor", source)  # fmt: skip
+    flavor = _mapping(
+        gen.get("flavor", {"type": "timed_synthetic_session"}), "session_generator.flavor", source
+    )
     kind = flavor.get("type")
     if kind not in FLAVOR_FIELDS:
-        raise ConfigError(source, [f"session_generator.flavor.type: {kind!r} is not supported; "
-                                   f"dagperf reads {', '.join(FLAVOR_FIELDS)}"])  # fmt: skip
+        raise ConfigError(
+            source,
+            [
+                f"session_generator.flavor.type: {kind!r} is not supported; "
+                f"dagperf reads {', '.join(FLAVOR_FIELDS)}"
+            ],
+        )
     _only(flavor, {"type", *FLAVOR_FIELDS[kind]}, "session_generator.flavor", source)
     name = gen.get("trace_file")
     if not isinstance(name, str) or not name:
@@ -192,8 +231,13 @@ def _reader(
 
         size = _whole(flavor.get("block_size", BLOCK_SIZE), "flavor.block_size", source)
         if not 1 <= size <= MAX_PROMPT_TOKENS:
-            raise ConfigError(source, ["session_generator.flavor.block_size: must be between 1 "
-                                       f"and {MAX_PROMPT_TOKENS:,}, got {size:,}"])  # fmt: skip
+            raise ConfigError(
+                source,
+                [
+                    "session_generator.flavor.block_size: must be between 1 "
+                    f"and {MAX_PROMPT_TOKENS:,}, got {size:,}"
+                ],
+            )
         return functools.partial(read_shared_prefix, block_size=size)
     if kind == "rag":
         from dagperf.dataset.formats.rag import NUM_DOCUMENTS, read_rag
@@ -233,8 +277,11 @@ def _lmeval(
         problems.append("session_generator.include_path: expected a directory or a list of them")
         paths = []
     directories = tuple(_beside(Path(p), base) for p in paths)
-    problems += [f"session_generator.include_path: no such directory: {d}"
-                 for d in directories if not d.is_dir()]  # fmt: skip
+    problems += [
+        f"session_generator.include_path: no such directory: {d}"
+        for d in directories
+        if not d.is_dir()
+    ]
     runtime = _mapping(data.get("runtime", {}), "runtime", source)
     limit = runtime.get("max_sessions", LMEVAL_MAX_SESSIONS)
     if not _is_whole(limit) or limit == 0 or limit < -1:

@@ -328,9 +328,12 @@ class Pool:
             for k, address in enumerate([*order, *self._fallback]):
                 try:
                     _, connection = await loop.create_connection(
-                        lambda: _Connection(self), address, self._port, ssl=self._ssl,
+                        lambda: _Connection(self),
+                        address,
+                        self._port,
+                        ssl=self._ssl,
                         server_hostname=self._host if self._ssl else None,
-                    )  # fmt: skip
+                    )
                 except OSError as e:
                     last = e
                     continue

@@ -85,11 +85,26 @@ UNITS = {m.name: m.unit for m in (*RECORD.values(), *SCALARS.values())}
 
 #: Which way a change is an improvement, for comparisons of runs; a metric not named here
 #: (sequence lengths, counts of requests) has no better direction.
-LOWER_IS_BETTER = frozenset({
-    "request_latency", "time_to_first_token", "time_to_second_token", "inter_token_latency",
-    "inter_chunk_latency", "error_request_count", "request_error_rate", "session_duration",
-})  # fmt: skip
-HIGHER_IS_BETTER = frozenset({
-    "request_throughput", "output_token_throughput", "output_token_throughput_per_user",
-    "goodput", "good_request_count", "session_goodput", "good_session_count",
-})  # fmt: skip
+LOWER_IS_BETTER = frozenset(
+    {
+        "request_latency",
+        "time_to_first_token",
+        "time_to_second_token",
+        "inter_token_latency",
+        "inter_chunk_latency",
+        "error_request_count",
+        "request_error_rate",
+        "session_duration",
+    }
+)
+HIGHER_IS_BETTER = frozenset(
+    {
+        "request_throughput",
+        "output_token_throughput",
+        "output_token_throughput_per_user",
+        "goodput",
+        "good_request_count",
+        "session_goodput",
+        "good_session_count",
+    }
+)

@@ -15,6 +15,17 @@ MAX_RATE = 1e6  # roots per second: past any endpoint, and a rate the clock can 
 MAX_SECONDS = 30 * 86_400.0  # durations and timeouts: a month; inf or 1e308 would hang a timer
 
 
+def root_limit(
+    concurrency: int | None, request_rate: float | None, fixed_schedule: bool | None
+) -> int | None:
+    """How many roots run at once: the concurrency given; without one, a root at a time,
+    unless roots arrive by a rate or on a schedule (then each starts when it arrives: None).
+    The engine runs this rule; the health checks and the exports read it off a recorded load."""
+    if concurrency:
+        return concurrency
+    return None if request_rate or fixed_schedule else 1
+
+
 class LoadConfig(BaseModel):
     """How requests are issued and when the run stops."""
 
@@ -104,6 +115,11 @@ class LoadConfig(BaseModel):
     random_seed: int | None = Field(
         default=None, description="Seed for request arrival times and random_pool draws."
     )
+
+    @property
+    def root_limit(self) -> int | None:
+        """How many roots run at once (see `root_limit`)."""
+        return root_limit(self.concurrency, self.request_rate, self.fixed_schedule)
 
     @model_validator(mode="after")
     def _one_arrival_process(self) -> LoadConfig:

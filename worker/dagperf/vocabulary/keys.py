@@ -75,13 +75,13 @@ class KeySet:
 
     def files(self) -> dict[str, str]:
         """File name -> content: what `write` puts in a directory and a Secret holds."""
-        s, w = self.scheduler, self.worker
+        scheduler, worker = self.scheduler, self.worker
         return {
-            "scheduler.public": s.public.decode(),
-            "scheduler.secret": s.secret.decode(),
-            "worker.public": w.public.decode(),
-            "worker.secret": w.secret.decode(),
-            "control.token": s.control_token,
+            "scheduler.public": scheduler.public.decode(),
+            "scheduler.secret": scheduler.secret.decode(),
+            "worker.public": worker.public.decode(),
+            "worker.secret": worker.secret.decode(),
+            "control.token": scheduler.control_token,
         }
 
     def write(self, directory: Path, only: tuple[str, ...] = FILES) -> None:

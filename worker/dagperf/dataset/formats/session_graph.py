@@ -138,10 +138,10 @@ def to_spec(line: SessionGraphLine) -> SessionSpec:
             history[edge.dst] = index[edge.src]
     nodes = []
     for i in order:
-        n = line.nodes[i]
-        payload = Payload.of(n.messages, n.model, n.max_tokens, n.tools, n.extra)
-        deps = tuple(sorted(parents[n.id]))
-        nodes.append(GraphNode(n.id, payload, deps, history.get(n.id), n.wait_after_ready))
+        node = line.nodes[i]
+        payload = Payload.of(node.messages, node.model, node.max_tokens, node.tools, node.extra)
+        deps = tuple(sorted(parents[node.id]))
+        nodes.append(GraphNode(node.id, payload, deps, history.get(node.id), node.wait_after_ready))
     return SessionSpec(line.session_id, tuple(nodes), line.context_mode)
 
 
