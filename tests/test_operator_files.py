@@ -291,6 +291,30 @@ def test_everything_a_benchmark_launches_is_valid_kubernetes(version):
         kubernetes_validate.validate(document, version, strict=True)
 
 
+def test_placement_reaches_the_pods_as_kubernetes_spells_it():
+    """Tolerations go from the Benchmark's models to the pod spec by their aliases, which mypy
+    does not check against the pod spec's field names: the API's strict schema does."""
+    _, benchmark = example()
+    toleration = {
+        "key": "dedicated",
+        "operator": "Equal",
+        "value": "bench",
+        "effect": "NoExecute",
+        "tolerationSeconds": 30,
+    }
+    placement = {"nodeSelector": {"pool": "bench"}, "tolerations": [toleration]}
+    benchmark["spec"]["workers"]["placement"] = placement
+    benchmark["spec"]["scheduler"] = {"placement": placement}
+    spec = BenchmarkSpec.model_validate(benchmark["spec"])
+    settings = OperatorSettings()
+    job = manifests.scheduler_job("demo", spec, "data.jsonl", settings)
+    deployment = manifests.worker_deployment("demo", "default", spec, settings)
+    for document in (job, deployment):
+        assert document["spec"]["template"]["spec"]["tolerations"] == [toleration]
+        latest = kubernetes_validate.utils.latest_version()
+        kubernetes_validate.validate(document, latest, strict=True)
+
+
 # Every load option of the CLI, with a value unlike its default, as a Benchmark writes it.
 LOAD_SAMPLES = {
     "concurrency": 3, "request_rate": 2.5, "fixed_schedule": False, "request_count": 70,

@@ -38,6 +38,7 @@ from dagperf_operator import manifests
 from dagperf_operator import status as st
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
 from dagperf_operator.kube import Kube, api_client
+from dagperf_operator.kube_objects import KubeObject
 from dagperf_operator.preflight import check_dataset
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
@@ -218,7 +219,7 @@ def _launch(
     scrape: tuple[str, ...] = (),
 ) -> None:
     keys = KeySet.generate(settings.control_token(body.metadata.uid or name))
-    objects = [
+    objects: list[KubeObject | None] = [
         manifests.keys_secret(name, keys.files()),
         manifests.scheduler_network_policy(name, settings) if settings.network_policy else None,
         manifests.results_claim(name, spec),

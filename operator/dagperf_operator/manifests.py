@@ -28,7 +28,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -36,8 +36,9 @@ from dagperf.fetch import file_name
 from dagperf.keys import FILES, SCHEDULER_FILES, WORKER_FILES
 from dagperf.sources import SESSION_CONFIG
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
+from dagperf_operator import kube_objects as k8s
 from dagperf_operator.settings import OperatorSettings
-from dagperf_operator.spec import BenchmarkSpec, Placement, health_options, load_config
+from dagperf_operator.spec import BenchmarkSpec, Placement, Resources, health_options, load_config
 
 DATASET_DIR = "/dataset"
 TOKENIZER_FILE = "/tokenizer/tokenizer.json"
@@ -78,7 +79,7 @@ def labels(benchmark: str, component: str) -> dict[str, str]:
     }
 
 
-def _pod_security(settings: OperatorSettings) -> dict[str, Any]:
+def _pod_security(settings: OperatorSettings) -> k8s.PodSecurityContext:
     uid = settings.run_as_user
     return {
         "runAsNonRoot": True,
@@ -89,7 +90,7 @@ def _pod_security(settings: OperatorSettings) -> dict[str, Any]:
     }
 
 
-CONTAINER_SECURITY = {
+CONTAINER_SECURITY: k8s.SecurityContext = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
     "runAsNonRoot": True,
@@ -98,8 +99,12 @@ CONTAINER_SECURITY = {
 
 
 def _container(
-    name: str, image: str, command: list[str], resources: dict[str, Any], settings: OperatorSettings
-) -> dict[str, Any]:
+    name: str,
+    image: str,
+    command: list[str],
+    resources: k8s.ResourceRequirements,
+    settings: OperatorSettings,
+) -> k8s.Container:
     return {
         "name": name,
         "image": image,
@@ -112,16 +117,20 @@ def _container(
     }
 
 
-def _keys_volume(name: str, files: tuple[str, ...]) -> dict[str, Any]:
-    items = [{"key": file, "path": file} for file in files]
-    secret = {"secretName": Names(name).keys, "items": items, "defaultMode": 0o440}
+def _keys_volume(name: str, files: tuple[str, ...]) -> k8s.Volume:
+    items: list[k8s.KeyToPath] = [{"key": file, "path": file} for file in files]
+    secret: k8s.SecretVolumeSource = {
+        "secretName": Names(name).keys,
+        "items": items,
+        "defaultMode": 0o440,
+    }
     return {"name": "keys", "secret": secret}
 
 
-KEYS_MOUNT = {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True}
+KEYS_MOUNT: k8s.VolumeMount = {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True}
 
 
-def keys_secret(name: str, files: dict[str, str]) -> dict[str, Any]:
+def keys_secret(name: str, files: dict[str, str]) -> k8s.Secret:
     """The run's key set (`dagperf.keys.KeySet.files()`), as a Secret."""
     data = {key: base64.b64encode(value.encode()).decode() for key, value in files.items()}
     return {
@@ -133,7 +142,7 @@ def keys_secret(name: str, files: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def scheduler_network_policy(name: str, settings: OperatorSettings) -> dict[str, Any]:
+def scheduler_network_policy(name: str, settings: OperatorSettings) -> k8s.NetworkPolicy:
     """Only this Benchmark's worker pods reach its scheduler's ZeroMQ port."""
     instance = {"app.kubernetes.io/instance": name}
     return {
@@ -160,19 +169,20 @@ def scheduler_network_policy(name: str, settings: OperatorSettings) -> dict[str,
     }
 
 
-def _api_key_env(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+def _api_key_env(spec: BenchmarkSpec) -> list[k8s.EnvVar]:
     secret = spec.endpoint.api_key_secret_ref
     if secret is None:
         return []
-    ref = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
+    ref: k8s.EnvVarSource = {"secretKeyRef": {"name": secret.name, "key": secret.key}}
     return [{"name": "OPENAI_API_KEY", "valueFrom": ref}]
 
 
-def _resources(spec_resources: Any, default: dict[str, Any]) -> dict[str, Any]:
-    if spec_resources is None:
-        return default
-    dumped: dict[str, Any] = spec_resources.model_dump(exclude_defaults=False)
-    return dumped
+def _resources(
+    spec_resources: Resources | None, default: dict[str, Any]
+) -> k8s.ResourceRequirements:
+    if spec_resources is None:  # the chart's value, passed on as written: the API server checks it
+        return cast(k8s.ResourceRequirements, default)
+    return {"requests": dict(spec_resources.requests), "limits": dict(spec_resources.limits)}
 
 
 def model_flags(options: BaseModel, prefix: str = "") -> list[str]:
@@ -205,10 +215,13 @@ def _dataset_flags(spec: BenchmarkSpec, dataset_key: str | None) -> list[str]:
     return ["--input-file", where, "--custom-dataset-type", spec.dataset.type]
 
 
-def _dataset_volume(spec: BenchmarkSpec) -> dict[str, Any]:
+def _dataset_volume(spec: BenchmarkSpec) -> k8s.Volume:
     dataset = spec.dataset
     if dataset.persistent_volume_claim is not None:
-        claim = {"claimName": dataset.persistent_volume_claim.claim_name, "readOnly": True}
+        claim: k8s.PersistentVolumeClaimVolumeSource = {
+            "claimName": dataset.persistent_volume_claim.claim_name,
+            "readOnly": True,
+        }
         return {"name": "dataset", "persistentVolumeClaim": claim}
     if dataset.config_map_ref is not None:
         return {"name": "dataset", "configMap": {"name": dataset.config_map_ref.name}}
@@ -217,9 +230,23 @@ def _dataset_volume(spec: BenchmarkSpec) -> dict[str, Any]:
     return {"name": "dataset", "emptyDir": {"sizeLimit": limit} if limit else {}}
 
 
+def _inputs(spec: BenchmarkSpec) -> tuple[list[k8s.VolumeMount], list[k8s.Volume]]:
+    """What the scheduler reads, mounted read-only: the tokenizer, if any, and the dataset."""
+    mounts: list[k8s.VolumeMount] = []
+    volumes: list[k8s.Volume] = []
+    if (tokenizer := spec.dataset.tokenizer) is not None:
+        directory, file = TOKENIZER_FILE.rsplit("/", 1)
+        mounts.append({"name": "tokenizer", "mountPath": directory, "readOnly": True})
+        items: list[k8s.KeyToPath] = [{"key": tokenizer.key, "path": file}]
+        volumes.append({"name": "tokenizer", "configMap": {"name": tokenizer.name, "items": items}})
+    mounts.append({"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True})
+    volumes.append(_dataset_volume(spec))
+    return mounts, volumes
+
+
 def _fetch_container(
-    spec: BenchmarkSpec, image: str, resources: dict[str, Any], settings: OperatorSettings
-) -> dict[str, Any] | None:
+    spec: BenchmarkSpec, image: str, resources: k8s.ResourceRequirements, settings: OperatorSettings
+) -> k8s.Container | None:
     """The init container that fetches a URL's dataset into the emptyDir, or None."""
     url = spec.dataset.url
     if url is None:
@@ -296,7 +323,7 @@ def scheduler_command(
 def scheduler_job(
     name: str, spec: BenchmarkSpec, dataset_key: str | None, settings: OperatorSettings,
     scrape: tuple[str, ...] = (),
-) -> dict[str, Any]:  # fmt: skip
+) -> k8s.Job:  # fmt: skip
     names = Names(name)
     image = spec.image or settings.image
     resources = _resources(spec.scheduler.resources, settings.scheduler_resources)
@@ -311,24 +338,10 @@ def scheduler_job(
         {"name": "zmq", "containerPort": settings.zmq_port},
         {"name": "metrics", "containerPort": settings.metrics_port},
     ]
-    volumes = []
-    if spec.dataset.tokenizer is not None:
-        mount = TOKENIZER_FILE.rsplit("/", 1)[0]
-        container["volumeMounts"].append(
-            {"name": "tokenizer", "mountPath": mount, "readOnly": True}
-        )
-        items = [{"key": spec.dataset.tokenizer.key, "path": TOKENIZER_FILE.rsplit("/", 1)[1]}]
-        volumes.append(
-            {
-                "name": "tokenizer",
-                "configMap": {"name": spec.dataset.tokenizer.name, "items": items},
-            }
-        )
-    volumes.append(_dataset_volume(spec))
-    container["volumeMounts"].append(
-        {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}
-    )
+    inputs, volumes = _inputs(spec)
+    container["volumeMounts"] += inputs
     fetch = _fetch_container(spec, image, resources, settings)
+    init: k8s.PodSpecFields = {"initContainers": [fetch]} if fetch else {}
     container["volumeMounts"] += [
         {"name": "results", "mountPath": RESULTS_DIR},
         KEYS_MOUNT,
@@ -342,7 +355,7 @@ def scheduler_job(
         "periodSeconds": 5,
     }
     claim = results_claim_name(name, spec)
-    results = (
+    results: k8s.Volume = (
         {"name": "results", "persistentVolumeClaim": {"claimName": claim}}
         if claim
         else {"name": "results", "emptyDir": {}}
@@ -360,7 +373,7 @@ def scheduler_job(
                     "restartPolicy": "Never",
                     "securityContext": _pod_security(settings),
                     "automountServiceAccountToken": False,  # they never call the API
-                    **({"initContainers": [fetch]} if fetch else {}),
+                    **init,
                     "containers": [container],
                     "volumes": [
                         results,
@@ -374,7 +387,7 @@ def scheduler_job(
     }
 
 
-def scheduler_service(name: str, settings: OperatorSettings) -> dict[str, Any]:
+def scheduler_service(name: str, settings: OperatorSettings) -> k8s.Service:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -394,7 +407,7 @@ def scheduler_service(name: str, settings: OperatorSettings) -> dict[str, Any]:
 
 def worker_deployment(
     name: str, namespace: str, spec: BenchmarkSpec, settings: OperatorSettings
-) -> dict[str, Any]:
+) -> k8s.Deployment:
     names = Names(name)
     address = f"tcp://{names.scheduler}.{namespace}.svc:{settings.zmq_port}"
     command = [
@@ -467,13 +480,14 @@ def server_metrics_urls(spec: BenchmarkSpec, pods: list[dict[str, Any]]) -> tupl
     return tuple(sorted(urls))
 
 
-def _placement(placement: Placement) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _placement(placement: Placement) -> k8s.PodSpecFields:
+    out: k8s.PodSpecFields = {}
     if placement.node_selector:
         out["nodeSelector"] = dict(placement.node_selector)
-    if placement.tolerations:
+    if placement.tolerations:  # the model's aliases are the pod spec's names (a test holds them)
         out["tolerations"] = [
-            t.model_dump(by_alias=True, exclude_none=True) for t in placement.tolerations
+            cast(k8s.Toleration, t.model_dump(by_alias=True, exclude_none=True))
+            for t in placement.tolerations
         ]
     return out
 
@@ -485,12 +499,13 @@ def results_claim_name(name: str, spec: BenchmarkSpec) -> str | None:
     return claim.claim_name or Names(name).claim
 
 
-def results_claim(name: str, spec: BenchmarkSpec) -> dict[str, Any] | None:
-    """The claim to create, when the spec asks for a new one."""
+def results_claim(name: str, spec: BenchmarkSpec) -> k8s.PersistentVolumeClaim | None:
+    """The claim to create, when the spec asks for a new one (by its size, not an existing
+    claim's name)."""
     claim = spec.results.persistent_volume_claim
-    if claim is None or claim.claim_name is not None:
+    if claim is None or claim.size is None:
         return None
-    body: dict[str, Any] = {
+    body: k8s.PersistentVolumeClaimSpec = {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": claim.size}},
     }
