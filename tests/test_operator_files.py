@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
 from dagperf.keys import KeySet
-from dagperf_operator import manifests
+from dagperf_operator import manifests, pod_commands
 from dagperf_operator import status as st
 from dagperf_operator.crd import crd_yaml
 from dagperf_operator.settings import OperatorSettings
@@ -359,7 +359,7 @@ def test_every_load_and_health_option_goes_from_a_benchmark_to_the_scheduler_s_f
         "load": load, "health": health,
         "verdict": {"maxErrorRate": 0.05, "goodput": goodput},
     })  # fmt: skip
-    command = manifests.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
+    command = pod_commands.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
     parser = build_parser()
     args = parser.parse_args(command[1:])
     assert model_from_flags(parser, args, LoadConfig) == LoadConfig(**LOAD_SAMPLES)
@@ -377,7 +377,7 @@ def test_the_report_is_written_where_the_files_are_kept():
             "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
             "results": results,
         })  # fmt: skip
-        command = manifests.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
+        command = pod_commands.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
         report: bool = build_parser().parse_args(command[1:]).report
         return report
 
@@ -437,7 +437,7 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
     spec = search_spec(parameter="session_rate", min=2, max=40, precision=0.1,
                        maxStepDuration=120, confidence=0.9)  # fmt: skip
     settings = OperatorSettings()
-    command = manifests.scheduler_command("demo", spec, "d.jsonl", settings)
+    command = pod_commands.scheduler_command("demo", spec, "d.jsonl", settings)
     assert command[:2] == ["dagperf", "search"] and "--bind" not in command
     args = build_parser().parse_args(command[1:])
     assert args.slo == "time_to_first_token:p99:500 error_rate:max:0.01"
@@ -454,7 +454,7 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
     (container,) = pod["containers"]
     (key,) = [e for e in container["env"] if e["name"] == "OPENAI_API_KEY"]  # its workers send
     assert key["valueFrom"]["secretKeyRef"]["name"] == "llm-key"
-    swept = manifests.scheduler_command("demo", search_spec(sweep=[1, 2, 4]), "d", settings)
+    swept = pod_commands.scheduler_command("demo", search_spec(sweep=[1, 2, 4]), "d", settings)
     assert swept[swept.index("--sweep") + 1] == "1,2,4"
 
 

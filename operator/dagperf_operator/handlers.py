@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from dagperf.contract import RunState, StatusReport, decode_status
 from dagperf.keys import KeySet
 from dagperf.metrics.tokens import TokenCounter, TokenizerError
-from dagperf_operator import manifests
+from dagperf_operator import manifests, pod_commands
 from dagperf_operator import status as st
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
 from dagperf_operator.kube import Kube, api_client
@@ -171,7 +171,7 @@ def _launched(name: str, spec: BenchmarkSpec, conditions: list[dict[str, Any]]) 
         "startTime": st.now(),
         "workers": {"desired": expected, "registered": 0},
         "progress": {"requestsCompleted": 0, "errors": 0, "display": "0"},
-        "resultsPath": f"{claim}:{manifests.RESULTS_DIR}/{name}" if claim else None,
+        "resultsPath": f"{claim}:{pod_commands.RESULTS_DIR}/{name}" if claim else None,
     }
 
 
@@ -182,7 +182,7 @@ def _backend_metrics(
     if spec.server_metrics is None:
         return (), None
     pods = kube.pods(namespace, spec.server_metrics.selector)
-    urls = manifests.server_metrics_urls(spec, pods)
+    urls = pod_commands.server_metrics_urls(spec, pods)
     if urls:
         return urls, None
     labels = ",".join(f"{k}={v}" for k, v in spec.server_metrics.selector.items())
