@@ -165,7 +165,9 @@ class PodSecurityContext(TypedDict, total=False):
 
 class PodSpecFields(TypedDict, total=False):
     """Any of a pod spec's fields but its containers: the type of a part of a pod spec built on
-    its own (where it runs, its init containers), spread into a PodSpec."""
+    its own (where it runs, its init containers), spread into a PodSpec. mypy lets a part be
+    spread only when its type declares every optional field: a narrower one could carry any of
+    the others, of any type."""
 
     nodeSelector: dict[str, str]
     tolerations: list[Toleration]
