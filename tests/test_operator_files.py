@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
 from dagperf.vocabulary.keys import KeySet
-from dagperf_operator import manifests
+from dagperf_operator import manifests, pod_commands
 from dagperf_operator import status as st
 from dagperf_operator.crd import crd_yaml
 from dagperf_operator.settings import OperatorSettings
@@ -291,6 +291,30 @@ def test_everything_a_benchmark_launches_is_valid_kubernetes(version):
         kubernetes_validate.validate(document, version, strict=True)
 
 
+def test_placement_reaches_the_pods_as_kubernetes_spells_it():
+    """Tolerations go from the Benchmark's models to the pod spec by their aliases, which mypy
+    does not check against the pod spec's field names: the API's strict schema does."""
+    _, benchmark = example()
+    toleration = {
+        "key": "dedicated",
+        "operator": "Equal",
+        "value": "bench",
+        "effect": "NoExecute",
+        "tolerationSeconds": 30,
+    }
+    placement = {"nodeSelector": {"pool": "bench"}, "tolerations": [toleration]}
+    benchmark["spec"]["workers"]["placement"] = placement
+    benchmark["spec"]["scheduler"] = {"placement": placement}
+    spec = BenchmarkSpec.model_validate(benchmark["spec"])
+    settings = OperatorSettings()
+    job = manifests.scheduler_job("demo", spec, "data.jsonl", settings)
+    deployment = manifests.worker_deployment("demo", "default", spec, settings)
+    for document in (job, deployment):
+        assert document["spec"]["template"]["spec"]["tolerations"] == [toleration]
+        latest = kubernetes_validate.utils.latest_version()
+        kubernetes_validate.validate(document, latest, strict=True)
+
+
 # Every load option of the CLI, with a value unlike its default, as a Benchmark writes it.
 LOAD_SAMPLES = {
     "concurrency": 3, "request_rate": 2.5, "fixed_schedule": False, "request_count": 70,
@@ -335,7 +359,7 @@ def test_every_load_and_health_option_goes_from_a_benchmark_to_the_scheduler_s_f
         "load": load, "health": health,
         "verdict": {"maxErrorRate": 0.05, "goodput": goodput},
     })  # fmt: skip
-    command = manifests.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
+    command = pod_commands.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
     parser = build_parser()
     args = parser.parse_args(command[1:])
     assert model_from_flags(parser, args, LoadConfig) == LoadConfig(**LOAD_SAMPLES)
@@ -353,7 +377,7 @@ def test_the_report_is_written_where_the_files_are_kept():
             "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
             "results": results,
         })  # fmt: skip
-        command = manifests.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
+        command = pod_commands.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
         report: bool = build_parser().parse_args(command[1:]).report
         return report
 
@@ -413,7 +437,7 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
     spec = search_spec(parameter="session_rate", min=2, max=40, precision=0.1,
                        maxStepDuration=120, confidence=0.9)  # fmt: skip
     settings = OperatorSettings()
-    command = manifests.scheduler_command("demo", spec, "d.jsonl", settings)
+    command = pod_commands.scheduler_command("demo", spec, "d.jsonl", settings)
     assert command[:2] == ["dagperf", "search"] and "--bind" not in command
     args = build_parser().parse_args(command[1:])
     assert args.slo == "time_to_first_token:p99:500 error_rate:max:0.01"
@@ -430,7 +454,7 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
     (container,) = pod["containers"]
     (key,) = [e for e in container["env"] if e["name"] == "OPENAI_API_KEY"]  # its workers send
     assert key["valueFrom"]["secretKeyRef"]["name"] == "llm-key"
-    swept = manifests.scheduler_command("demo", search_spec(sweep=[1, 2, 4]), "d", settings)
+    swept = pod_commands.scheduler_command("demo", search_spec(sweep=[1, 2, 4]), "d", settings)
     assert swept[swept.index("--sweep") + 1] == "1,2,4"
 
 

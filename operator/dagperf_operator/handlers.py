@@ -34,10 +34,11 @@ from pydantic import ValidationError
 from dagperf.vocabulary.contract import RunState, StatusReport, decode_status
 from dagperf.vocabulary.keys import KeySet
 from dagperf.vocabulary.tokens import TokenCounter, TokenizerError
-from dagperf_operator import manifests
+from dagperf_operator import manifests, pod_commands
 from dagperf_operator import status as benchmark_status
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
 from dagperf_operator.kube import Kube, api_client
+from dagperf_operator.kube_objects import KubeObject
 from dagperf_operator.preflight import check_dataset
 from dagperf_operator.settings import OperatorSettings
 from dagperf_operator.spec import BenchmarkSpec
@@ -170,7 +171,7 @@ def _launched(name: str, spec: BenchmarkSpec, conditions: list[dict[str, Any]]) 
         "startTime": benchmark_status.now(),
         "workers": {"desired": expected, "registered": 0},
         "progress": {"requestsCompleted": 0, "errors": 0, "display": "0"},
-        "resultsPath": f"{claim}:{manifests.RESULTS_DIR}/{name}" if claim else None,
+        "resultsPath": f"{claim}:{pod_commands.RESULTS_DIR}/{name}" if claim else None,
     }
 
 
@@ -181,7 +182,7 @@ def _backend_metrics(
     if spec.server_metrics is None:
         return (), None
     pods = kube.pods(namespace, spec.server_metrics.selector)
-    urls = manifests.server_metrics_urls(spec, pods)
+    urls = pod_commands.server_metrics_urls(spec, pods)
     if urls:
         return urls, None
     labels = ",".join(f"{k}={v}" for k, v in spec.server_metrics.selector.items())
@@ -218,7 +219,7 @@ def _launch(
     scrape: tuple[str, ...] = (),
 ) -> None:
     keys = KeySet.generate(settings.control_token(body.metadata.uid or name))
-    objects = [
+    objects: list[KubeObject | None] = [
         manifests.keys_secret(name, keys.files()),
         manifests.scheduler_network_policy(name, settings) if settings.network_policy else None,
         manifests.results_claim(name, spec),

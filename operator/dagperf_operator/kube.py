@@ -25,6 +25,7 @@ from kubernetes.client import (
 from kubernetes.client.exceptions import ApiException
 
 from dagperf_operator.crd import GROUP, PLURAL, VERSION
+from dagperf_operator.kube_objects import KubeObject
 
 
 def api_client() -> ApiClient:
@@ -69,7 +70,7 @@ class Kube:
         files |= {k: base64.b64decode(v) for k, v in (config_map.binary_data or {}).items()}
         return files
 
-    def create(self, namespace: str, body: dict[str, Any]) -> bool:
+    def create(self, namespace: str, body: KubeObject) -> bool:
         """Create an object; False when it already exists (a retried or resumed handler)."""
         kind = body["kind"]
         call: Any = {

@@ -199,7 +199,7 @@ LOAD_NAMES = {"benchmark_duration": "duration_seconds"}
 def _generated(model: type[BaseModel], names: dict[str, str] | None = None) -> type[_Model]:
     """A spec section with every field of one of the CLI's models, with its type, default,
     bounds and description, so an option added to the CLI is a Benchmark field too (and a pod
-    flag: see manifests.model_flags)."""
+    flag: see pod_commands.model_flags)."""
     fields: dict[str, Any] = {
         (names or {}).get(flag, flag): (info.annotation, copy.copy(info))
         for flag, info in model.model_fields.items()
