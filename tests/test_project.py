@@ -101,6 +101,23 @@ def test_the_vocabulary_imports_nothing_of_dagperf():
     assert reached <= vocabulary | {"dagperf"}, sorted(reached - vocabulary)
 
 
+def test_the_operator_reads_only_its_named_surface_of_the_runtime():
+    import grimp
+
+    from dagperf_operator import RUNTIME_SURFACE
+
+    graph = grimp.build_graph("dagperf_operator", "dagperf")
+    read = {
+        imported
+        for module in graph.find_descendants("dagperf_operator") | {"dagperf_operator"}
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith("dagperf.")
+    }
+    assert "dagperf.vocabulary.contract" in read  # the imports are seen at all
+    outside = sorted(m for m in read if not m.startswith(RUNTIME_SURFACE))
+    assert outside == [], "name it in dagperf_operator.RUNTIME_SURFACE, or do without it"
+
+
 def test_no_function_needs_a_scroll_bar():
     """At most 80 lines a function and 250 a class in worker/ and operator/: a class that
     grows past it is split by what belongs together, not squeezed (see

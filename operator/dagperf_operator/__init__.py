@@ -1,1 +1,22 @@
-"""The dagperf Kubernetes operator (kopf): Benchmark resources to scheduler and worker pods."""
+"""The dagperf Kubernetes operator (kopf): Benchmark resources to scheduler and worker pods.
+
+What it reads of the runtime, and nothing else (`tests/test_project.py` holds its imports to
+this list, import-linter's contract keeps the engine, the roles and the wire out): the shared
+vocabulary, the table of APIs and of dataset formats, a dataset's loading and the load it can
+run (to refuse a Benchmark before a pod starts), the health checks' options, a search's
+objectives and its load rules, and the verdict's default.
+"""
+
+RUNTIME_SURFACE = (
+    "dagperf.vocabulary",
+    "dagperf.apis",
+    "dagperf.dataset",
+    "dagperf.sources",
+    "dagperf.graph",
+    "dagperf.fetch",
+    "dagperf.load",
+    "dagperf.health.report",
+    "dagperf.search.objectives",
+    "dagperf.search.plan",
+    "dagperf.verdict",
+)
