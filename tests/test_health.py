@@ -735,7 +735,10 @@ def test_a_real_run_passes(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 
-    report = check_artifacts(directory)
+    # How late a dependent request may go out is a timing claim, which belongs to a benchmark:
+    # a slack a loaded machine keeps, far below the 5 s and 20 s delays a run could skip (a
+    # request sent before its delay ended fails the check whatever the slack).
+    report = check_artifacts(directory, HealthOptions(arrival_slack_ms=2_000))
     assert report.passed, render(report)
     assert report.records == 6 * 7
     statuses = {c.name: c.status for c in report.checks}

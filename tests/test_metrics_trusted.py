@@ -17,6 +17,9 @@ from dagfile import conv, turn, user
 from runs import RECORDING, control_token, finish, free_port, key_set, profile, start_profile
 
 KNOWN = SimConfig(ttft_ms=40, itl_ms=8, output_tokens=10, prefill_ms_per_token=0)
+# Replies whose chunks are written far apart: a busy machine's lag in reading the first one (tens
+# of milliseconds at a load of 15 on 2 cores) stays well inside a reply's span.
+SPREAD = SimConfig(ttft_ms=40, itl_ms=100, output_tokens=10, prefill_ms_per_token=0)
 
 
 def roots(n: int) -> list[dict]:
@@ -30,7 +33,7 @@ async def test_timing_agrees_with_the_servers_own_record(tmp_path, concurrency):
     close the figures come (AIPerf is tens of milliseconds off at concurrency 64) is measured by
     bench/compare.py, not claimed here."""
     count = 40 if concurrency == 1 else 512  # enough waves that the opening burst is not most
-    async with running_simulator(KNOWN) as sim:
+    async with running_simulator(SPREAD) as sim:
         run = await profile(
             sim, tmp_path, roots(64), "--streaming", "--concurrency", str(concurrency),
             "--request-count", str(count), "--workers", "2",
@@ -48,9 +51,9 @@ async def test_timing_agrees_with_the_servers_own_record(tmp_path, concurrency):
         # The clock starts before the server reads the request and stops after it writes.
         assert start <= s.received_ns <= s.first_chunk_ns <= first
         assert s.last_chunk_ns <= last
-        assert m["output_sequence_length"] == KNOWN.output_tokens
+        assert m["output_sequence_length"] == SPREAD.output_tokens
         assert m["inter_token_latency"] == pytest.approx(
-            (m["request_latency"] - m["time_to_first_token"]) / (KNOWN.output_tokens - 1)
+            (m["request_latency"] - m["time_to_first_token"]) / (SPREAD.output_tokens - 1)
         )
         ttft_error.append(m["time_to_first_token"] - (s.first_chunk_ns - s.received_ns) / 1e6)
         span.append((s.last_chunk_ns - s.first_chunk_ns) / 1e6)
