@@ -44,7 +44,7 @@ class SessionState(IntEnum):
 class TreeTemplate:
     """What every run of one tree starts from, computed once per tree."""
 
-    __slots__ = ("armable", "keep", "sizes", "tree", "waiting")
+    __slots__ = ("armable", "keep", "keeps_history", "sizes", "tree", "waiting")
 
     def __init__(self, tree: Tree):
         self.tree = tree
@@ -54,6 +54,7 @@ class TreeTemplate:
             if node.history is not None:
                 keep[node.history] += 1
         self.keep = keep  # how many nodes continue each node's history
+        self.keeps_history = any(keep)  # a worker holds some of a run's context while it runs
         self.sizes = [s.turn_count for s in tree.sessions]
         self.armable = [_armable(tree, i) for i in range(len(tree.nodes))]
 
