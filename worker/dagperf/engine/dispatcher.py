@@ -41,13 +41,13 @@ routing pins and arming) and `timers`.
 
 from __future__ import annotations
 
-import uuid
 from collections import deque
 from collections.abc import Callable, Collection
 
 from dagperf.config import LoadConfig
 from dagperf.dataset.loader import DatasetError
 from dagperf.engine.flights import Flight, Flights, armed_in, armed_under, settle_armed
+from dagperf.engine.ids import new_uuid4
 from dagperf.engine.orders import Orders
 from dagperf.engine.phase import (
     Arrivals,
@@ -74,7 +74,7 @@ class Dispatcher:
         graph: RequestGraph,
         load: LoadConfig,
         clock: Callable[[], float],
-        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        new_id: Callable[[], str] = new_uuid4,
         until: Until | None = None,
     ):
         """`until`: measure past the duration until the objectives are decided (`window`)."""

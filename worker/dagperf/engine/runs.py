@@ -125,6 +125,7 @@ class TreeRun:
         "sessions",
         "suspended",
         "template",
+        "tree",
         "waiting",
         "workers",
     )
@@ -141,6 +142,7 @@ class TreeRun:
         self.id = run_id
         self.index = index  # which tree of the graph
         self.template = template
+        self.tree = tree  # the template's, read for every result
         self.phase = phase
         self.cancel_on_failure = cancel_on_failure
         self.cancelled = False  # a failed request cancelled the rest (cancel_on_failure)
@@ -157,10 +159,6 @@ class TreeRun:
         self.suspended: set[int] = set()  # join nodes whose parent waits on children
         self.workers: set[str] = set()  # every worker that was sent a request of this run
         self.measured = False  # started while the profiling's window was open (`window`)
-
-    @property
-    def tree(self) -> Tree:
-        return self.template.tree
 
     def settle_session(
         self, s: int, state: NodeState, cancelled: bool, ended: bool, stats: BranchStats
