@@ -28,6 +28,7 @@ from dagperf.verdict import describe_error
 
 EXACT_LIMIT = 65_536
 FOLD_EVERY = 4096  # past the limit, values wait in the array until this many fold at once
+SETTLE_EVERY = 1024  # results a PhaseSummary takes between checks of its distributions' limits
 MAX_ERROR_KINDS = 100  # distinct error messages kept; messages can carry timings
 _RATIO = 1.001
 _LOG_RATIO = math.log(_RATIO)
@@ -98,9 +99,20 @@ class Distribution:
         if len(values) > self._limit:
             self._fold()
 
+    def sink(self) -> array[float] | None:
+        """Where a hot loop may append values itself (None until the first value said whether
+        they are ints), calling `settle` now and then so they stay bounded."""
+        return None if self._integers is None else self._values
+
+    def settle(self) -> None:
+        """Fold what a `sink`'s appends took past the limit."""
+        if len(self._values) > self._limit:
+            self._fold()
+
     @property
     def _exact(self) -> array[float] | None:
         """Every value, while there are at most `EXACT_LIMIT`."""
+        self.settle()
         return self._values if self._limit == EXACT_LIMIT else None
 
     def _count_values(self) -> _Moments:
@@ -123,8 +135,8 @@ class Distribution:
         # by decoding the keys when percentiles are asked for.
         keys, counts = np.unique(index * 2 + (values < 0), return_counts=True)
         self._buckets.update(dict(zip(keys.tolist(), counts.tolist(), strict=True)))
-        del values, index
-        self._values = array("d")
+        del values, index  # no view of the array left: it can shrink
+        del self._values[:]  # the same array: a `sink` stays valid
         self._counted = 0
         self._limit = FOLD_EVERY
 
@@ -228,6 +240,8 @@ class PhaseSummary:
         self.unseen = 0  # ... of which nothing was seen (lost with their worker)
         self.first_start_ns: int | None = None
         self.last_end_ns: int | None = None
+        self._sinks: dict[str, array[float]] = {}  # metric -> its distribution's `sink`
+        self._unsettled = 0  # results since the distributions' limits were checked
 
     def add(self, result: Result) -> None:
         if self.first_start_ns is None or result.start_ns < self.first_start_ns:
@@ -247,7 +261,15 @@ class PhaseSummary:
             self.token_sources[result.token_source or "unknown"] += 1
             if self.goodput and self._is_good(result.metrics):
                 self.good += 1
+        sinks = self._sinks
         for name, value in result.metrics.items():
+            sink = sinks.get(name)
+            if sink is not None:  # some 30 values a result: straight into the arrays
+                if type(value) is list:
+                    sink.extend(value)
+                else:
+                    sink.append(value)
+                continue
             distribution = self.distributions.get(name)
             if distribution is None:
                 distribution = self.distributions[name] = Distribution()
@@ -255,6 +277,14 @@ class PhaseSummary:
                 distribution.extend(value)
             else:
                 distribution.add(value)
+            sink = distribution.sink()
+            if sink is not None:
+                sinks[name] = sink
+        self._unsettled += 1
+        if self._unsettled >= SETTLE_EVERY:
+            self._unsettled = 0
+            for distribution in self.distributions.values():
+                distribution.settle()
 
     def is_good(self, result: Result) -> bool:
         """No error, and within every objective."""
