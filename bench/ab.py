@@ -243,7 +243,8 @@ async def compare(args: argparse.Namespace, tmp: Path) -> None:
             print(f"round {round_}", flush=True)
             done: dict[str, Figures] = {}
             for side in order:
-                done[side.label] = await measure(side, args, data, zero, tmp / f"{round_}-{side.label}")
+                out = tmp / f"{round_}-{side.label}"
+                done[side.label] = await measure(side, args, data, zero, out)
                 runs[side.label].append(done[side.label])
                 print(line(side.label, done[side.label]), flush=True)
             print(ratios(asdict(done[baseline.label]), asdict(done[candidate.label])), flush=True)
