@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from dagperf.config import EndpointConfig, LoadConfig
 from dagperf.console import Console
 from dagperf.graph import RequestGraph
@@ -104,6 +102,8 @@ async def default_model(graph: RequestGraph, url: str, api_key: str | None = Non
 
 async def discover_model(url: str, api_key: str | None = None) -> str:
     """The first model the server lists."""
+    import aiohttp  # here: a run that names its model never loads it (a tenth of a second)
+
     base = EndpointConfig(url=url, model="-").url
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=10)

@@ -17,14 +17,17 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from dagperf.contract import MetricsSummary, Progress, RunState, StatusReport, Workers
 from dagperf.engine import Dispatcher
 from dagperf.metrics.summary import PhaseSummary
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger("dagperf.scheduler")
 
@@ -96,6 +99,10 @@ class StatusServer:
         self.port: int | None = None
 
     async def start(self, host: str, port: int) -> None:
+        # aiohttp here and in the handlers (called only once this ran): a run that serves no
+        # /status never loads it, a tenth of a second of its start.
+        from aiohttp import web
+
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/status", self._status_json)
@@ -122,18 +129,26 @@ class StatusServer:
             await self._runner.cleanup()
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         body = generate_latest(self._registry) if self._registry is not None else b""
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _status_json(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         body = msgspec.json.encode(self._status())
         return web.Response(body=body, content_type="application/json")
 
     async def _healthz(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         return web.Response(text="ok")
 
     async def _stop_run(self, request: web.Request) -> web.Response:
         """End the run gracefully, keeping what it measured (a Benchmark's `suspend`)."""
+        from aiohttp import web
+
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not self._token_matches(token.strip()):
             return web.json_response(
