@@ -1,14 +1,15 @@
 """How dagperf scales: start-up and memory with the dataset's size, and the scheduler's ceiling.
 
-    python bench/scale.py [--large] [--skip-startup] [--skip-ceiling]
+    python bench/scale.py [--large] [--fork-heavy] [--skip-startup] [--skip-ceiling]
 
 Figures (docs/scale.md holds the last ones):
 
 - start-up: a FORK-tree dataset (each root a 1.3 KB prompt and two FORK children: three
   conversations per tree) of 30,000 and 300,000 conversations, and with --large 1,000,000
-  (552 MB, the size the issue's targets name); 2,000 requests against the zero-cost endpoint:
-  launch to the first request, and in a second run (sampling memory takes CPU) the process
-  tree's peak RSS and its ratio to the file's size;
+  (552 MB, the size the issue's targets name), and with --fork-heavy 1,200,000 whose roots ask
+  1.0 KB (527 MB: more, shorter lines for about the same size); 2,000 requests against the
+  zero-cost endpoint: launch to the first request, and in a second run (sampling memory takes
+  CPU) the process tree's peak RSS and its ratio to the file's size;
   `dagperf validate` of the same file, time and peak RSS;
 - the scheduler's ceiling: requests/s with 1, 4 and 16 worker processes at concurrency 256
   against the zero-cost endpoint, with the scheduler process's own CPU per request in the
@@ -34,14 +35,16 @@ from endpoint import Running
 from routing import routing_throughput
 from tools import Dagperf, run
 
-PROMPT = "Review this change and list every risk you see. " * 27  # about 1.3 KB
+SENTENCE = "Review this change and list every risk you see. "
+PROMPT = SENTENCE * 27  # about 1.3 KB
+SHORT_PROMPT = SENTENCE * 20  # about 1.0 KB
 
 
-def fork_trees(path: Path, conversations: int) -> Path:
+def fork_trees(path: Path, conversations: int, prompt: str = PROMPT) -> Path:
     with path.open("w") as f:
         for t in range(conversations // 3):
             kids = [f"t{t}-a", f"t{t}-b"]
-            root = {"messages": [{"role": "user", "content": f"{t} {PROMPT}"}], "forks": kids}
+            root = {"messages": [{"role": "user", "content": f"{t} {prompt}"}], "forks": kids}
             f.write(json.dumps({"session_id": f"t{t}", "turns": [root]}) + "\n")
             for kid in kids:
                 turn = {"messages": [{"role": "user", "content": "and then?"}], "max_tokens": 16}
@@ -67,11 +70,11 @@ def validate(path: Path) -> tuple[float, float]:
     return time.perf_counter() - started, int(done.stdout.split()[-1]) / 1024
 
 
-async def startup(sizes: list[int], tmp: Path, zero: Running) -> None:
+async def startup(sizes: list[tuple[int, str]], tmp: Path, zero: Running) -> None:
     print(f"{'conversations':>14} {'file MB':>8} {'first request s':>16} {'peak RSS MB':>12} "
           f"{'RSS/file':>9} {'validate s':>11} {'validate MB':>12}")  # fmt: skip
-    for n in sizes:
-        data = fork_trees(tmp / f"trees-{n}.dag.jsonl", n)
+    for n, prompt in sizes:
+        data = fork_trees(tmp / f"trees-{n}.dag.jsonl", n, prompt)
         size_mb = data.stat().st_size / 1e6
         load = ("--concurrency", "64", "--request-count", "2000")
         # Timed apart from the run whose memory is sampled: reading /proc every 50 ms takes
@@ -121,6 +124,9 @@ def sharding() -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--large", action="store_true", help="add 1,000,000 conversations (552 MB)")
+    parser.add_argument(
+        "--fork-heavy", action="store_true", help="add 1,200,000 conversations, 1 KB roots (527 MB)"
+    )
     parser.add_argument("--skip-startup", action="store_true")
     parser.add_argument("--skip-ceiling", action="store_true")
     args = parser.parse_args()
@@ -129,7 +135,10 @@ async def main() -> None:
         with tempfile.TemporaryDirectory() as name:
             tmp = Path(name)
             if not args.skip_startup:
-                await startup([30_000, 300_000] + ([1_000_000] if args.large else []), tmp, zero)
+                sizes = [(30_000, PROMPT), (300_000, PROMPT)]
+                sizes += [(1_000_000, PROMPT)] if args.large else []
+                sizes += [(1_200_000, SHORT_PROMPT)] if args.fork_heavy else []
+                await startup(sizes, tmp, zero)
             if not args.skip_ceiling:
                 await ceiling(tmp, zero)
         sharding()

@@ -128,6 +128,27 @@ def test_past_the_exact_limit_memory_stops_growing_and_percentiles_stay_close(mo
     assert stats["std"] == pytest.approx(values.std())
 
 
+def test_a_phase_summary_appending_straight_to_its_arrays_stays_bounded_and_exact(monkeypatch):
+    monkeypatch.setattr(summary_module, "EXACT_LIMIT", 1000)
+    rng = np.random.default_rng(7)
+    latencies, chunks = rng.lognormal(3, 0.5, 20_000), rng.lognormal(1, 0.3, (20_000, 3))
+    s = PhaseSummary()
+    most_waiting = 0
+    for i, (latency, gaps) in enumerate(zip(latencies, chunks, strict=True)):
+        metrics = {"request_latency": float(latency), "inter_chunk_latency": gaps.tolist()}
+        s.add(Result(i, 0, None, 1, metrics | {"output_sequence_length": 16}))
+        most_waiting = max(most_waiting, len(s.distributions["inter_chunk_latency"]._values))
+    # Never more waiting than one fold's worth and what a settling interval brings.
+    assert most_waiting <= summary_module.FOLD_EVERY + 3 * summary_module.SETTLE_EVERY
+    stats = s.metric_stats()
+    assert stats["inter_chunk_latency"]["count"] == 60_000
+    assert stats["output_sequence_length"]["max"] == 16  # ints stay ints
+    assert isinstance(stats["output_sequence_length"]["max"], int)
+    for name, values in (("request_latency", latencies), ("inter_chunk_latency", chunks)):
+        assert stats[name]["avg"] == pytest.approx(values.mean())
+        assert stats[name]["p90"] == pytest.approx(np.percentile(values, 90), rel=2e-3)
+
+
 def test_phase_summary_aggregates():
     s = PhaseSummary()
     ok = {

@@ -4,10 +4,13 @@ recorded: it used to stay held until the end of the whole run)."""
 
 from __future__ import annotations
 
-from dagperf.engine import NodeState, Phase, TreeRun
+from dagperf.engine import Flight, NodeState, Phase, TreeRun
 from dagperf.engine.runs import TreeTemplate
 from dagperf.graph import compile_dag_jsonl
+from dagperf.metrics.fork_reuse import ForkReuse
+from dagperf.metrics.locality import Locality
 from dagperf.metrics.per_run import PerRun
+from dagperf.transport.protocol import ErrorInfo, Result
 
 from dagfile import conv, load, turn
 
@@ -59,3 +62,26 @@ def test_warm_up_runs_and_runs_that_sent_nothing_are_not_held():
     skipped.nodes[0] = NodeState.SKIPPED
     per_run.retire(skipped)
     assert not per_run._open and not per_run._retired
+
+
+def test_one_request_runs_are_judged_with_their_result_and_never_held():
+    locality, reuse = Locality(), ForkReuse()
+    header = {"backend": "pod-a", "backend_source": "header:x-backend"}
+    ttft = {"time_to_first_token": 1.0}
+    for run in runs(turns=1, count=300):
+        locality.retire(run)  # the scheduler's order, as above
+        reuse.retire(run)
+        flight = Flight(run.id, run, 0, "local-1", Phase.PROFILING, run.id, f"r{run.id}")
+        if run.id % 3 == 0:
+            result = Result(run.id, run.id, None, run.id + 5, {}, ErrorInfo(500, "X", "boom"))
+        elif run.id % 3 == 1:
+            result = Result(run.id, run.id, None, run.id + 5, ttft, **header)
+        else:
+            result = Result(run.id, run.id, None, run.id + 5, ttft)
+        locality.add(flight, result)
+        reuse.add(flight, result)
+    assert (locality.trees, locality.unattributed, locality.trees_on_one) == (200, 100, 100)
+    assert locality.by_backend == {"pod-a": 100} and locality.off_home == 0
+    assert reuse.report() is None  # no FORK child was sent
+    for tracker in (locality, reuse):
+        assert not tracker._runs._open and not tracker._runs._retired

@@ -55,6 +55,29 @@ def test_sse_chunk_boundaries_never_change_the_events(cuts):
     assert events == SSEParser().feed(STREAM)
 
 
+_SSE_PIECES = st.sampled_from(
+    [b'data: {"a":1}\n\n', b"data:x\n\n", b"data: [DONE]\n\n", b"data: one\ndata: two\n\n",
+     b": keep-alive\n\n", b"event: error\n", b"\n", b"\r\n", b"data: y\r\n\r\n", b"retry: 5\n",
+     b"data: \n\n", b"data: z"]
+)  # fmt: skip
+
+
+@given(st.lists(_SSE_PIECES, max_size=40), st.lists(st.integers(1, 200), max_size=10))
+def test_sse_whole_runs_of_data_events_read_as_line_by_line(pieces, cuts):
+    """A chunk of whole one-line `data:` events is cut at its blank lines, not read line by
+    line: the same events, whatever else the stream holds and however it is cut."""
+    stream = b"".join(pieces)
+    one_byte = SSEParser()  # a byte at a time: never a blank line within one read
+    expected = [e for i in range(len(stream)) for e in one_byte.feed(stream[i : i + 1])]
+    expected += one_byte.close()
+    parser, events, position = SSEParser(), [], 0
+    for cut in cuts:
+        events += parser.feed(stream[position : position + cut])
+        position += cut
+    events += parser.feed(stream[position:]) + parser.close()
+    assert events == expected
+
+
 def test_sse_lone_cr_line_endings_and_an_unterminated_last_event():
     parser = SSEParser()
     assert parser.feed(b"data: a\r\rdata: b") == [Event(b"a", b"")]

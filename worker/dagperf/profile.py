@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from dagperf.apis import APIS
 from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.console import Console
@@ -112,6 +110,8 @@ async def default_model(
 async def discover_model(url: str, api_key: str | None = None, endpoint_type: str = "chat") -> str:
     """The first model the server lists (OpenAI's and Anthropic's lists alike), asked with the
     key as the endpoint's API sends it."""
+    import aiohttp  # here: a run that names its model never loads it (a tenth of a second)
+
     base = EndpointConfig(url=url, model="-").url
     headers = APIS[endpoint_type].request_headers(api_key)
     timeout = aiohttp.ClientTimeout(total=10)

@@ -74,7 +74,8 @@ class ChoicesReply(Reply):
             self.cache_n = body.timings.cache_n
         output = False
         for choice in body.choices or ():
-            self.finish = finish(choice.finish_reason) or self.finish
+            if choice.finish_reason:  # null in every chunk but the last
+                self.finish = finish(choice.finish_reason) or self.finish
             delta = choice.delta
             if delta is None:
                 if choice.text:

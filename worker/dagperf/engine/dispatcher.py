@@ -43,11 +43,11 @@ sequence of phases and how one stops, and turns each event into calls on them.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Collection
 
 from dagperf.dataset.loader import DatasetError
 from dagperf.engine.flights import Flight, Flights, armed_in, armed_under
+from dagperf.engine.ids import new_uuid4
 from dagperf.engine.orders import Orders
 from dagperf.engine.outgoing import Outgoing
 from dagperf.engine.pacing import Pacing
@@ -65,7 +65,7 @@ class Dispatcher:
         graph: RequestGraph,
         load: LoadConfig,
         clock: Callable[[], float],
-        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        new_id: Callable[[], str] = new_uuid4,
         until: Until | None = None,
     ):
         """`until`: measure past the duration until the objectives are decided (`window`)."""

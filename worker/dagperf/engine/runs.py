@@ -44,7 +44,7 @@ class SessionState(IntEnum):
 class TreeTemplate:
     """What every run of one tree starts from, computed once per tree."""
 
-    __slots__ = ("armable", "keep", "sizes", "tree", "waiting")
+    __slots__ = ("armable", "keep", "keeps_history", "sizes", "tree", "waiting")
 
     def __init__(self, tree: Tree):
         self.tree = tree
@@ -54,6 +54,7 @@ class TreeTemplate:
             if node.history is not None:
                 keep[node.history] += 1
         self.keep = keep  # how many nodes continue each node's history
+        self.keeps_history = any(keep)  # a worker holds some of a run's context while it runs
         self.sizes = [s.turn_count for s in tree.sessions]
         self.armable = [_armable(tree, i) for i in range(len(tree.nodes))]
 
@@ -124,6 +125,7 @@ class TreeRun:
         "sessions",
         "suspended",
         "template",
+        "tree",
         "waiting",
         "workers",
     )
@@ -140,6 +142,7 @@ class TreeRun:
         self.id = run_id
         self.index = index  # which tree of the graph
         self.template = template
+        self.tree = tree  # the template's, read for every result
         self.phase = phase
         self.cancel_on_failure = cancel_on_failure
         self.cancelled = False  # a failed request cancelled the rest (cancel_on_failure)
@@ -156,10 +159,6 @@ class TreeRun:
         self.suspended: set[int] = set()  # join nodes whose parent waits on children
         self.workers: set[str] = set()  # every worker that was sent a request of this run
         self.measured = False  # started while the profiling's window was open (`window`)
-
-    @property
-    def tree(self) -> Tree:
-        return self.template.tree
 
     def settle_session(
         self, s: int, state: NodeState, cancelled: bool, ended: bool, stats: BranchStats

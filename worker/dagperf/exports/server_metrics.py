@@ -23,11 +23,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("dagperf.server_metrics")
 
@@ -196,11 +198,15 @@ async def scrape_once(metrics: ServerMetrics) -> None:
 
 
 def _session(metrics: ServerMetrics) -> aiohttp.ClientSession:
+    import aiohttp  # here: only a run that scrapes its servers loads it
+
     timeout = aiohttp.ClientTimeout(total=max(metrics.targets.interval_s, 1.0))
     return aiohttp.ClientSession(timeout=timeout, trust_env=False)
 
 
 async def _scrape(session: aiohttp.ClientSession, metrics: ServerMetrics, url: str) -> None:
+    import aiohttp
+
     at = time.time_ns()
     try:
         async with session.get(url) as response:

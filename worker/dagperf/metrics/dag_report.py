@@ -88,8 +88,12 @@ class DagReport:
         tree = flight.run.tree
         node = tree.nodes[flight.node]
         session = tree.sessions[node.session]
-        depth = self._depths.setdefault(session.depth, _View())
-        mode = self._modes.setdefault(session.kind.value, _View())
+        depth = self._depths.get(session.depth)
+        if depth is None:  # (not setdefault: a view is four arrays and counters to make)
+            depth = self._depths[session.depth] = _View()
+        mode = self._modes.get(session.kind.value)
+        if mode is None:
+            mode = self._modes[session.kind.value] = _View()
         if result.error is not None:
             cut = result.cut is not None
             for view in (depth, mode):

@@ -41,6 +41,8 @@ class ForkReuse:
 
     def add(self, flight: Flight, result: Result) -> None:
         tree = flight.run.tree
+        if len(tree.nodes) == 1:
+            return  # a lone root: no FORK child, nothing to hold
         node = tree.nodes[flight.node]
         session = tree.sessions[node.session]
         if result.error is not None or session.kind is not SessionKind.FORK or node.turn != 0:
@@ -58,7 +60,8 @@ class ForkReuse:
         self._runs.add(flight.run, _Sent(session.route, int(prompt), int(cached)))
 
     def retire(self, run: TreeRun) -> None:
-        self._runs.retire(run)
+        if len(run.tree.nodes) > 1:  # (a lone root was never held)
+            self._runs.retire(run)
 
     def finish(self) -> None:
         self._runs.finish()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, NamedTuple
 
-from dagperf.engine import Flight, TreeRun
+from dagperf.engine import Flight, Phase, TreeRun
 from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import Result
@@ -55,7 +55,8 @@ class Locality:
         tree = flight.run.tree
         route = tree.sessions[tree.nodes[flight.node].session].route
         if result.error is not None:  # held all the same: its run closes once every node is in
-            self._runs.add(flight.run, _Served(route, result.start_ns, None, None, True))
+            if len(tree.nodes) > 1:  # (a lone request that failed judges nothing)
+                self._runs.add(flight.run, _Served(route, result.start_ns, None, None, True))
             return
         backend = result.backend
         source = result.backend_source or ""
@@ -67,10 +68,16 @@ class Locality:
             self.sources[source] += 1
         metrics = result.metrics
         speed = metrics.get("time_to_first_token", metrics.get("request_latency"))
-        self._runs.add(flight.run, _Served(route, result.start_ns, backend, speed, False))
+        served = _Served(route, result.start_ns, backend, speed, False)
+        if len(tree.nodes) == 1:  # the run's only result: judged now, not held
+            if flight.run.phase == Phase.PROFILING:
+                self._close(flight.run, [served], True)
+            return
+        self._runs.add(flight.run, served)
 
     def retire(self, run: TreeRun) -> None:
-        self._runs.retire(run)
+        if len(run.tree.nodes) > 1:  # (a one-request run is judged with its result)
+            self._runs.retire(run)
 
     def finish(self) -> None:
         self._runs.finish()

@@ -14,7 +14,6 @@ from typing import Generic, TypeVar
 from dagperf.engine import NodeState, Phase, TreeRun
 
 T = TypeVar("T")
-_ENDED = (NodeState.OK, NodeState.FAILED)
 
 
 class PerRun(Generic[T]):
@@ -22,7 +21,7 @@ class PerRun(Generic[T]):
         """`close(run, items, retired)`: `retired` False only for runs still open at the end."""
         self._close = close
         self._open: dict[int, tuple[TreeRun, list[T]]] = {}
-        self._retired: set[int] = set()
+        self._retired: dict[int, int] = {}  # retired run -> how many results it has in all
 
     def add(self, run: TreeRun, item: T) -> None:
         """An item of a profiling run (a warm-up's are not kept)."""
@@ -32,7 +31,8 @@ class PerRun(Generic[T]):
         if entry is None:
             entry = self._open[run.id] = (run, [])
         entry[1].append(item)
-        if run.id in self._retired and _all_in(run, entry[1]):
+        expected = self._retired.get(run.id)
+        if expected is not None and len(entry[1]) >= expected:
             self._done(run.id, True)
 
     def retire(self, run: TreeRun) -> None:
@@ -40,13 +40,14 @@ class PerRun(Generic[T]):
         the records (the scheduler sends what a result releases before it records it)."""
         if run.phase != Phase.PROFILING:
             return
+        expected = _results(run)  # its nodes' states are final now
         entry = self._open.get(run.id)
         if entry is None:
-            if _all_in(run, []):
+            if not expected:
                 return  # nothing of it was sent: nothing to hand on
             self._open[run.id] = entry = (run, [])
-        self._retired.add(run.id)
-        if _all_in(run, entry[1]):
+        self._retired[run.id] = expected
+        if len(entry[1]) >= expected:
             self._done(run.id, True)
 
     @property
@@ -60,9 +61,11 @@ class PerRun(Generic[T]):
 
     def _done(self, run_id: int, retired: bool) -> None:
         run, items = self._open.pop(run_id)
-        self._retired.discard(run_id)
+        self._retired.pop(run_id, None)
         self._close(run, items, retired)
 
 
-def _all_in(run: TreeRun, items: list[T]) -> bool:
-    return len(items) >= sum(state in _ENDED for state in run.nodes)
+def _results(run: TreeRun) -> int:
+    """How many results the run's requests give: one per node that ended sent."""
+    nodes = run.nodes  # a bytearray of states: counted in C
+    return nodes.count(NodeState.OK) + nodes.count(NodeState.FAILED)

@@ -77,15 +77,23 @@ class SessionMetrics:
         self._runs.finish()
 
     def _close(self, run: TreeRun, requests: list[_Request], retired: bool) -> None:
-        times = {r.node: r.timing for r in requests}
-        start = min(t.issued_ns for t in times.values())
-        end = max(t.end_ns for t in times.values())
+        if len(requests) == 1:  # most sessions of most runs: no generators to set up
+            (only,) = requests
+            times = {only.node: only.timing}
+            start, end = only.timing.issued_ns, only.timing.end_ns
+            errors, cuts, bad = int(only.error), int(only.cut), only.bad
+        else:
+            times = {r.node: r.timing for r in requests}
+            start = min(t.issued_ns for t in times.values())
+            end = max(t.end_ns for t in times.values())
+            errors, cuts = sum(r.error for r in requests), sum(r.cut for r in requests)
+            bad = any(r.bad for r in requests)
         complete = retired and not run.cancelled and SessionState.TRUNCATED not in run.sessions
-        complete = complete and all(s >= NodeState.OK for s in run.nodes)
+        complete = complete and min(run.nodes) >= NodeState.OK  # every node ended
         status = "cancelled" if run.cancelled else "complete" if complete else "incomplete"
         cancelled = run.unsent() if run.cancelled else 0
         path = critical_path(run.tree, times, start)
-        good = complete and not any(r.bad for r in requests)
+        good = complete and not bad
         duration_ms = (end - start) / 1e6
         line: dict[str, Any] = {
             "root_correlation_id": run.correlation[0],
@@ -94,8 +102,8 @@ class SessionMetrics:
             "end_ns": end,
             "duration_ms": duration_ms,
             "request_count": len(times),
-            "error_count": sum(r.error for r in requests),
-            "cut_count": sum(r.cut for r in requests),
+            "error_count": errors,
+            "cut_count": cuts,
             "good": good,
             "complete": complete,
             "status": status,

@@ -1,10 +1,15 @@
 """Summing up a phase: per-metric distributions and the run's aggregates, in bounded memory.
 
-A `Distribution` keeps count, sum, min, max and variance exactly (Welford), and its values
-exactly up to `EXACT_LIMIT`, so small runs get numpy's percentiles, the same figures a user
-computes from `profile_export.jsonl`. Past the limit the values fold into a histogram of
-logarithmic buckets 0.1% wide: percentiles stay within 0.1% of the exact ones, and memory no
-longer grows with the run, only with the spread of the values.
+A `Distribution` keeps count, sum, min, max and variance exactly, and its values exactly up to
+`EXACT_LIMIT`, so small runs get numpy's percentiles, the same figures a user computes from
+`profile_export.jsonl`. Past the limit the values fold into a histogram of logarithmic buckets
+0.1% wide: percentiles stay within 0.1% of the exact ones, and memory no longer grows with the
+run, only with the spread of the values.
+
+Adding a value only appends it to an array: every result adds some thirty, in the scheduler's
+hot path. The statistics are computed in numpy over the values not yet counted when they are
+read (merged with those of the values before, as Chan's parallel variance does), and past the
+limit values fold into the buckets a few thousand at a time.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -21,50 +27,139 @@ from dagperf.verdict import describe_error
 from dagperf.vocabulary.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
 
 EXACT_LIMIT = 65_536
+FOLD_EVERY = 4096  # past the limit, values wait in the array until this many fold at once
+SETTLE_EVERY = 1024  # results a PhaseSummary takes between checks of its distributions' limits
 MAX_ERROR_KINDS = 100  # distinct error messages kept; messages can carry timings
 _RATIO = 1.001
 _LOG_RATIO = math.log(_RATIO)
 
 
+class _Moments(NamedTuple):
+    """Count, sum, extremes, mean and sum of squared deviations of some values."""
+
+    n: int
+    total: float
+    min: float
+    max: float
+    mean: float
+    m2: float
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> _Moments:
+        mean = float(values.mean())
+        deviations = values - mean
+        m2 = float(np.dot(deviations, deviations))
+        return cls(
+            len(values), float(values.sum()), float(values.min()), float(values.max()), mean, m2
+        )
+
+    def merge(self, other: _Moments) -> _Moments:
+        n = self.n + other.n
+        delta = other.mean - self.mean
+        return _Moments(
+            n,
+            self.total + other.total,
+            min(self.min, other.min),
+            max(self.max, other.max),
+            self.mean + delta * other.n / n,
+            self.m2 + other.m2 + delta * delta * self.n * other.n / n,
+        )
+
+
+_NONE = _Moments(0, 0.0, math.inf, -math.inf, 0.0, 0.0)
+
+
 class Distribution:
-    __slots__ = ("_buckets", "_exact", "_m2", "_mean", "_zeros", "count", "max", "min", "sum")
+    __slots__ = ("_buckets", "_counted", "_integers", "_limit", "_moments", "_values", "_zeros")
 
     def __init__(self) -> None:
-        self.count = 0
-        self.sum = 0.0
-        self.min = math.inf
-        self.max = -math.inf
-        self._mean = 0.0
-        self._m2 = 0.0
-        self._exact: array[float] | None = array("d")
+        # While exact, every value; past the limit, those not yet folded into the buckets.
+        self._values: array[float] = array("d")
+        self._limit = EXACT_LIMIT  # past EXACT_LIMIT values: FOLD_EVERY
+        self._moments = _NONE  # of the values folded, and of the first `_counted` in `_values`
+        self._counted = 0
         self._buckets: Counter[int] = Counter()  # signed bucket index -> count; 0 excluded
         self._zeros = 0
+        self._integers: bool | None = None  # the values are ints: min and max are said so
 
     def add(self, value: float) -> None:
-        self.count += 1
-        self.sum += value
-        self.min = min(self.min, value)
-        self.max = max(self.max, value)
-        delta = value - self._mean
-        self._mean += delta / self.count
-        self._m2 += delta * (value - self._mean)
-        if self._exact is not None:
-            self._exact.append(value)
-            if len(self._exact) > EXACT_LIMIT:
-                for v in self._exact:
-                    self._bucket(v)
-                self._exact = None
-        else:
-            self._bucket(value)
+        values = self._values
+        if self._integers is None:
+            self._integers = type(value) is int
+        values.append(value)
+        if len(values) > self._limit:
+            self._fold()
 
-    def _bucket(self, value: float) -> None:
-        if value == 0:
-            self._zeros += 1
-            return
-        index = math.floor(math.log(abs(value)) / _LOG_RATIO)
+    def extend(self, many: Iterable[float]) -> None:
+        values = self._values
+        before = len(values)
+        values.extend(many)
+        if self._integers is None and len(values) > before:
+            self._integers = type(values[before]) is int
+        if len(values) > self._limit:
+            self._fold()
+
+    def sink(self) -> array[float] | None:
+        """Where a hot loop may append values itself (None until the first value said whether
+        they are ints), calling `settle` now and then so they stay bounded."""
+        return None if self._integers is None else self._values
+
+    def settle(self) -> None:
+        """Fold what a `sink`'s appends took past the limit."""
+        if len(self._values) > self._limit:
+            self._fold()
+
+    @property
+    def _exact(self) -> array[float] | None:
+        """Every value, while there are at most `EXACT_LIMIT`."""
+        self.settle()
+        return self._values if self._limit == EXACT_LIMIT else None
+
+    def _count_values(self) -> _Moments:
+        """The statistics, once the values not yet counted are."""
+        values = self._values
+        if self._counted < len(values):
+            new = _Moments.of(np.frombuffer(values)[self._counted :])
+            self._moments = new if not self._moments.n else self._moments.merge(new)
+            self._counted = len(values)
+        return self._moments
+
+    def _fold(self) -> None:
+        """Every value waiting goes into the buckets (all of them, at the first fold)."""
+        self._count_values()
+        values = np.frombuffer(self._values)
+        self._zeros += int(np.count_nonzero(values == 0))
+        values = values[values != 0]
+        index = np.floor(np.log(np.abs(values)) / _LOG_RATIO).astype(np.int64)
         # Positive values take even keys, negative ones odd: one Counter, and order is restored
         # by decoding the keys when percentiles are asked for.
-        self._buckets[index * 2 if value > 0 else index * 2 + 1] += 1
+        keys, counts = np.unique(index * 2 + (values < 0), return_counts=True)
+        self._buckets.update(dict(zip(keys.tolist(), counts.tolist(), strict=True)))
+        del values, index  # no view of the array left: it can shrink
+        del self._values[:]  # the same array: a `sink` stays valid
+        self._counted = 0
+        self._limit = FOLD_EVERY
+
+    @property
+    def count(self) -> int:
+        return self._moments.n + len(self._values) - self._counted
+
+    @property
+    def sum(self) -> float:
+        return self._count_values().total
+
+    @property
+    def min(self) -> float:
+        return self._typed(self._count_values().min)
+
+    @property
+    def max(self) -> float:
+        return self._typed(self._count_values().max)
+
+    def _typed(self, value: float) -> float:
+        if self._integers and float(value).is_integer():
+            return int(value)
+        return float(value)
 
     def percentiles(self, points: tuple[float, ...] = PERCENTILES) -> list[float]:
         if not self.count:
@@ -86,6 +181,8 @@ class Distribution:
 
     def _sorted_buckets(self) -> tuple[np.ndarray, np.ndarray]:
         """Each bucket's middle, in order, and how many values lie at or below it."""
+        if self._values:
+            self._fold()
         values, counts = [], []
         for key, n in self._buckets.items():
             index, negative = divmod(key, 2)
@@ -111,7 +208,8 @@ class Distribution:
 
     @property
     def std(self) -> float:
-        return math.sqrt(self._m2 / self.count) if self.count else math.nan
+        moments = self._count_values()
+        return math.sqrt(moments.m2 / moments.n) if moments.n else math.nan
 
     def stats(self) -> dict[str, float]:
         """AIPerf's statistics for one metric (population standard deviation)."""
@@ -142,6 +240,8 @@ class PhaseSummary:
         self.unseen = 0  # ... of which nothing was seen (lost with their worker)
         self.first_start_ns: int | None = None
         self.last_end_ns: int | None = None
+        self._sinks: dict[str, array[float]] = {}  # metric -> its distribution's `sink`
+        self._unsettled = 0  # results since the distributions' limits were checked
 
     def add(self, result: Result) -> None:
         if self.first_start_ns is None or result.start_ns < self.first_start_ns:
@@ -161,15 +261,30 @@ class PhaseSummary:
             self.token_sources[result.token_source or "unknown"] += 1
             if self.goodput and self._is_good(result.metrics):
                 self.good += 1
+        sinks = self._sinks
         for name, value in result.metrics.items():
+            sink = sinks.get(name)
+            if sink is not None:  # some 30 values a result: straight into the arrays
+                if type(value) is list:
+                    sink.extend(value)
+                else:
+                    sink.append(value)
+                continue
             distribution = self.distributions.get(name)
             if distribution is None:
                 distribution = self.distributions[name] = Distribution()
             if isinstance(value, list):
-                for v in value:
-                    distribution.add(v)
+                distribution.extend(value)
             else:
                 distribution.add(value)
+            sink = distribution.sink()
+            if sink is not None:
+                sinks[name] = sink
+        self._unsettled += 1
+        if self._unsettled >= SETTLE_EVERY:
+            self._unsettled = 0
+            for distribution in self.distributions.values():
+                distribution.settle()
 
     def is_good(self, result: Result) -> bool:
         """No error, and within every objective."""

@@ -61,7 +61,10 @@ class Outbox:
         for worker, ids in disarms.items():
             mail.add(worker, protocol.Disarm(ids))
         mail.retired = dispatcher.orders.drain_retired()
-        forgets = _by_worker((w, run.id) for run in mail.retired for w in run.workers)
+        # A run none of whose nodes left a context on a worker (single turns) has nothing to
+        # forget there: no message for it, which halves the messages of a run of them.
+        held = (run for run in mail.retired if run.template.keeps_history)
+        forgets = _by_worker((w, run.id) for run in held for w in run.workers)
         for worker, runs in forgets.items():
             if worker in present:
                 mail.add(worker, protocol.Forget(runs))

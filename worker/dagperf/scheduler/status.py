@@ -17,9 +17,9 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from dagperf.engine import Dispatcher
@@ -29,6 +29,9 @@ from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
 from dagperf.scheduler.options import SchedulerOptions
 from dagperf.vocabulary.contract import MetricsSummary, Progress, RunState, StatusReport, Workers
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger("dagperf.scheduler")
 
@@ -99,6 +102,10 @@ class StatusServer:
         self.port: int | None = None
 
     async def start(self, host: str, port: int) -> None:
+        # aiohttp here and in the handlers (called only once this ran): a run that serves no
+        # /status never loads it, a tenth of a second of its start.
+        from aiohttp import web
+
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/status", self._status_json)
@@ -125,18 +132,26 @@ class StatusServer:
             await self._runner.cleanup()
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         body = generate_latest(self._registry) if self._registry is not None else b""
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _status_json(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         body = msgspec.json.encode(self._status())
         return web.Response(body=body, content_type="application/json")
 
     async def _healthz(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         return web.Response(text="ok")
 
     async def _stop_run(self, request: web.Request) -> web.Response:
         """End the run gracefully, keeping what it measured (a Benchmark's `suspend`)."""
+        from aiohttp import web
+
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not self._token_matches(token.strip()):
             return web.json_response(

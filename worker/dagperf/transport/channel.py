@@ -12,12 +12,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import zmq
 
 from dagperf.transport import protocol
 
 log = logging.getLogger(__name__)
+
+# Plain ints: pyzmq's flags are enum members, and every `|` or `&` on one makes a new member.
+_NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+
+
+def _readable(socket: zmq.Socket[bytes]) -> bool:
+    return bool(cast(int, socket.getsockopt(_EVENTS)) & _POLLIN)
 
 
 class Channel:
@@ -38,8 +47,11 @@ class Channel:
         self._loop.call_soon(self._drain)  # messages may have arrived before we watched
 
     def send(self, frames: list[bytes]) -> None:
-        try:
-            self.socket.send_multipart(frames, zmq.NOBLOCK)
+        socket = self.socket
+        try:  # (send_multipart's loop, without its enum flags: the first frame decides)
+            for frame in frames[:-1]:
+                socket.send(frame, _NOBLOCK | _SNDMORE)
+            socket.send(frames[-1], _NOBLOCK)
         except zmq.Again:
             log.warning("dropped a message: the peer is not reading (send queue full)")
         self._recheck()
@@ -51,7 +63,7 @@ class Channel:
             self._drain()
 
     def _recheck(self) -> None:
-        if not self._scheduled and int(self.socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+        if not self._scheduled and _readable(self.socket):
             self._scheduled = True
             self._loop.call_soon(self._drain)
 
@@ -60,9 +72,11 @@ class Channel:
         if self._closed:
             return
         received = False
-        while True:
+        socket = self.socket
+        # Asking first costs less than the exception a receive raises when nothing is waiting.
+        while _readable(socket):
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                frames = socket.recv_multipart(_NOBLOCK)
             except zmq.Again:
                 break
             received = True

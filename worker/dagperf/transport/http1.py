@@ -392,6 +392,6 @@ def connection_limit() -> int:
 
 
 def _header(name: str, value: str) -> str:
-    if any(c in name or c in value for c in "\r\n"):
+    if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
         raise ValueError(f"header {name!r}: line breaks are not allowed in HTTP headers")
     return f"{name}: {value}"

@@ -31,9 +31,27 @@ class SSEParser:
         self._pending_cr = chunk.endswith(b"\r")
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = (self._buffer + chunk).split(b"\n")
-        self._buffer = lines.pop()  # the unfinished tail, if any
+        text = self._buffer + chunk
+        if self._data or self._name:
+            return self._lines(text, [])
+        # Between events, a run of whole one-line `data:` events (a server's usual output, many
+        # to a read when tokens come fast) is cut out at its blank lines; anything else in the
+        # run, and whatever follows it, goes line by line.
+        head, blank, tail = text.rpartition(b"\n\n")
         events: list[Event] = []
+        for block in head.split(b"\n\n") if blank else ():
+            if not block.startswith(b"data:") or b"\n" in block:
+                if block:
+                    return self._lines(text, [])
+                continue  # more blank lines: no event
+            value = block[5:]
+            events.append(Event(value[1:] if value.startswith(b" ") else value, b""))
+        return self._lines(tail, events)
+
+    def _lines(self, text: bytes, events: list[Event]) -> list[Event]:
+        """Adds the events of `text`'s whole lines to `events`; its unfinished tail waits."""
+        lines = text.split(b"\n")
+        self._buffer = lines.pop()  # the unfinished tail, if any
         for line in lines:
             if not line:
                 if self._data:
