@@ -258,14 +258,14 @@ class Worker:
             ex.ack_ns,
             end,
             metrics,
-            error,
-            cancelled_ns,
-            token_source,
-            started,
-            ex.backend,
-            ex.backend_source,
-            cut,
-            finish,
+            error=error,
+            cancelled_ns=cancelled_ns,
+            token_source=token_source,
+            started=started,
+            backend=ex.backend,
+            backend_source=ex.backend_source,
+            cut=cut,
+            finish_reason=finish,
         )
         if self._armed.add_result(result):
             asyncio.get_running_loop().call_soon(self._flush)
