@@ -8,7 +8,8 @@ bodies are read (a `Reply`: text, reasoning, tool calls, usage and why it ended,
 words), how the key is sent, and the simulator's side (what it accepts, how it answers). What
 the APIs share is beside them: `api.py` (the entry), `conversation.py` (messages and the reply a
 history keeps), `reply.py` (what a reply holds, errors), `served.py` (the simulator's reply) and
-`choices.py` (OpenAI's `choices` shape, chat's and completions').
+`choices.py` (OpenAI's `choices` shape, chat's and completions'); `endpoint_config.py` holds
+`EndpointConfig`, the server under test, whose type is a key of the table.
 
 The package sits below the roles and the transport and beside the graph: it knows bodies,
 events and a turn's payload (`dagperf.dataset.specs`), never the graph or the wire.
