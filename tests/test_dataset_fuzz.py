@@ -24,9 +24,10 @@ from dagperf.apis.endpoint_config import EndpointConfig
 from dagperf.cli import main
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats.dag_jsonl import DagConversation, read_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl.block_bytes import BlockBytes
 from dagperf.dataset.formats.dag_jsonl.file_pass import FilePass
 from dagperf.dataset.formats.dag_jsonl.lines import Interned, check_line, read_slowly
-from dagperf.dataset.limits import line_problem
+from dagperf.dataset.limits import MAX_DEPTH, line_problem, suspect_digits
 from dagperf.graph import compile_dag_jsonl
 
 from dagfile import check_tree
@@ -245,6 +246,31 @@ def test_a_block_taken_whole_reads_as_its_lines_one_by_one(lines):
     whole = verdict(lines)
     with patch.object(FilePass, "take_block", lambda self, chunk: False):
         assert verdict(lines) == whole
+
+
+line_bytes = st.one_of(
+    st.binary(max_size=60),
+    st.text(alphabet='0123456789eE+-.[]{}\\u "x', max_size=120).map(str.encode),
+    st.integers(0, 2 * MAX_DEPTH).map(lambda n: b"[{" * (n // 2) + b"[" * (n % 2)),
+    st.lists(  # runs of digits about the length the rules draw their line at
+        st.integers(1, 22).map(lambda n: b"7" * n) | st.sampled_from([b"e", b"E+", b"+", b" "]),
+        max_size=6,
+    ).map(b"".join),
+)
+
+
+@FAST
+@given(st.lists(line_bytes, min_size=1, max_size=6))
+def test_a_blocks_byte_checks_are_its_lines_rules(lines):
+    """What numpy reads off a block's bytes is what the line-by-line rules say of its lines."""
+    lines = [line.replace(b"\n", b" ") for line in lines]
+    data = b"\n".join(lines)
+    block = BlockBytes(data)
+    assert block.suspect_digits() == suspect_digits(data)
+    assert block.escapes_unicode() == (b"\\u" in data)
+    assert block.nests_deep() == any(
+        line.count(b"[") + line.count(b"{") > MAX_DEPTH for line in lines
+    )
 
 
 def test_the_fast_reader_and_the_models_agree_on_hostile_strings():
