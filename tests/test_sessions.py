@@ -10,6 +10,7 @@ from aiohttp import web
 
 from dagperf.graph import compile_dag_jsonl
 from dagperf.metrics.critical_path import Timing, critical_path
+from dagperf.vocabulary import catalog
 
 from dagfile import conv, load, turn, user
 from runs import finish, read_jsonl, serving, start_profile
@@ -122,3 +123,7 @@ async def test_a_session_cut_short_is_exported_incomplete_and_left_out_of_the_st
     assert run.summary["session_count"]["avg"] == 0
     assert run.summary["incomplete_session_count"]["avg"] == 1
     assert "session_duration" not in run.summary
+    reported = {
+        name for name, value in run.summary.items() if isinstance(value, dict) and "unit" in value
+    }
+    assert reported <= catalog.UNITS.keys()  # every metric named, with its unit, in the catalog

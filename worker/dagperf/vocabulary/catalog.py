@@ -61,6 +61,7 @@ GOODPUT = _table(
 SESSION = _table(
     ("session_duration", "ms", "Session Duration"),
     ("session_count", "sessions", "Session Count"),
+    ("incomplete_session_count", "sessions", "Incomplete Session Count"),
     ("good_session_count", "sessions", "Good Session Count"),
     ("session_goodput", "sessions/sec", "Session Goodput"),
     ("cancelled_session_count", "sessions", "Cancelled Session Count"),
