@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command on a busy machine: tests/run.sh (arguments go to pytest) with two processes
 # spinning beside it, one per core of a 2-core CI machine, so that every test's waits, timeouts
-# and ordering are tried the way a loaded machine tries them. CI runs it (.ci/run); the tests
-# must hold here, or they are wrong. `DAGPERF_HOGS=N` sets how many spin (default 2).
+# and ordering are tried the way a loaded machine tries them: the tests must hold here, or they
+# are wrong. CI runs tests/run.sh alone, for its time budget (docs/testing.md).
+# `DAGPERF_HOGS=N` sets how many spin (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
