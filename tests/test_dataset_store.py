@@ -5,6 +5,7 @@ two processes to the same dataset and the same problems as one read in one."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import multiprocessing
 import os
@@ -16,7 +17,7 @@ from aiohttp import web
 
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats.dag_jsonl import halves as dag_halves
-from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
+from dagperf.dataset.formats.dag_jsonl import line_store, load_dag_jsonl
 from dagperf.dataset.formats.dag_jsonl.line_store import FileChanged
 from dagperf.dataset.formats.dag_jsonl.lines import Interned
 from dagperf.graph import compile_dag_jsonl
@@ -71,6 +72,42 @@ def test_a_file_replaced_after_loading_is_still_read_as_loaded(tmp_path):
     write(tmp_path / "new.jsonl", conv("z", turn(messages=[user("other")])))
     (tmp_path / "new.jsonl").replace(path)  # the loader's descriptor still reads the old file
     assert sent(dataset, "a") == [[user()]]
+
+
+def listed(graph) -> list:
+    return [(sid, [p.messages for p in payloads]) for sid, payloads in graph.conversations()]
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_every_conversation_is_listed_once_in_file_order_as_the_trees_send_it(
+    tmp_path, monkeypatch, gzipped
+):
+    """inputs.json's pass: the file read in order, a few lines per read, is what walking
+    every tree gives (a conversation two parents spawn, once), in the file's order."""
+    monkeypatch.setattr(line_store, "READ_BYTES", 64)  # many reads, and lines longer than one
+    lines = [conv("c", turn(messages=[user("c" * 100)])), conv("r", turn(spawns=["c", "s"]))]
+    lines += [conv("s", turn(), turn()), conv("t", turn(spawns=["c"]))]
+    path = write(tmp_path / "d.jsonl", *lines)
+    if gzipped:
+        path.with_suffix(".gz").write_bytes(gzip.compress(path.read_bytes()))
+        path = path.with_suffix(".gz")
+    graph = compile_dag_jsonl(load_dag_jsonl(path))
+    walked = listed(dataclasses.replace(graph, listed=None))
+    assert [sid for sid, _ in walked] == ["r", "c", "s", "t"]  # the trees' order
+    assert listed(graph) == sorted(walked, key=lambda entry: "crst".index(entry[0]))
+
+
+def test_a_file_changed_before_the_listing_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(line_store, "READ_BYTES", 64)
+    path = write(tmp_path / "d.jsonl", *[conv(f"s{i}") for i in range(6)])
+    graph = compile_dag_jsonl(load_dag_jsonl(path))
+    stat = path.stat()
+    path.write_bytes(path.read_bytes().replace(b'"s4"', b'"x4"'))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    listing = graph.conversations()
+    assert [next(listing).conversation_id for _ in range(4)] == ["s0", "s1", "s2", "s3"]
+    with pytest.raises(FileChanged, match="line 5 no longer holds session 's4'"):
+        next(listing)
 
 
 def lines_in_both_halves(good: bool) -> list:

@@ -25,8 +25,9 @@ is running.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple, overload
 
 import numpy as np
@@ -34,10 +35,18 @@ from numpy.typing import NDArray
 
 from dagperf.dataset.formats.dag_jsonl.edges import BACKGROUND
 from dagperf.dataset.formats.dag_jsonl.lines import Conversation, Interned
-from dagperf.dataset.formats.dag_jsonl.reader import DagDataset
+from dagperf.dataset.formats.dag_jsonl.reader import DagDataset, DagLines
 from dagperf.dataset.formats.dag_jsonl.records import BranchMode
 from dagperf.dataset.loader import DatasetError, Problem
-from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Shape, Tree
+from dagperf.graph.model import (
+    ConversationInput,
+    Node,
+    RequestGraph,
+    Session,
+    SessionKind,
+    Shape,
+    Tree,
+)
 
 MAX_TREE_REQUESTS = 1_000_000
 
@@ -53,7 +62,15 @@ def compile_dag_jsonl(
             "(SPAWN targets referenced by several parents are sent once per reference)"
         )
         raise DatasetError([Problem(dataset.source, dataset.line_of(root), message)])
-    return RequestGraph(dataset.source, _Trees(dataset), known=shape)
+    return RequestGraph(
+        dataset.source, _Trees(dataset), known=shape, listed=partial(_listed, dataset.lines)
+    )
+
+
+def _listed(lines: DagLines) -> Iterator[ConversationInput]:
+    """Every conversation in file order, read in one pass without building a tree."""
+    for sid, payloads in lines.payloads(Interned()):
+        yield ConversationInput(sid, payloads)
 
 
 class _Trees(Sequence[Tree]):

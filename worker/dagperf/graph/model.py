@@ -28,7 +28,7 @@ compiled before the first request); what the run must know of every tree up fron
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -36,7 +36,16 @@ from typing import NamedTuple
 
 from dagperf.dataset.specs import Payload
 
-__all__ = ["Node", "Payload", "RequestGraph", "Session", "SessionKind", "Shape", "Tree"]
+__all__ = [
+    "ConversationInput",
+    "Node",
+    "Payload",
+    "RequestGraph",
+    "Session",
+    "SessionKind",
+    "Shape",
+    "Tree",
+]
 
 
 class SessionKind(StrEnum):
@@ -117,6 +126,13 @@ class Shape:
         )
 
 
+class ConversationInput(NamedTuple):
+    """A conversation as the dataset authors it: what each of its turns sends, before history."""
+
+    conversation_id: str
+    payloads: Sequence[Payload]
+
+
 @dataclass(frozen=True)
 class RequestGraph:
     """Every tree of a dataset; running each once is one full run. `warmup`: trees the dataset
@@ -130,6 +146,24 @@ class RequestGraph:
     # What the workload's own config asks (a Veeksha config's traffic_scheduler says whether a
     # failure cancels the rest of its session); None when it says nothing. The flag wins.
     cancel_session_on_failure: bool | None = None
+    # Every conversation once, with its turns' payloads, in the dataset's order, from a
+    # compiler that lists them without building the trees (a pass over a million-line file
+    # costs a tenth as much); None: `conversations()` walks the trees.
+    listed: Callable[[], Iterator[ConversationInput]] | None = None
+
+    def conversations(self) -> Iterator[ConversationInput]:
+        """Each conversation the trees send, once, with what each of its turns authors (no
+        history): the dataset as the endpoint receives it, for `inputs.json`."""
+        if self.listed is not None:
+            yield from self.listed()
+            return
+        seen: set[str] = set()
+        for tree in self.trees:
+            for session in tree.sessions:
+                if session.conversation_id not in seen:
+                    seen.add(session.conversation_id)
+                    nodes = tree.nodes[session.first_node : session.last_node + 1]
+                    yield ConversationInput(session.conversation_id, [n.payload for n in nodes])
 
     @cached_property
     def shape(self) -> Shape:

@@ -83,23 +83,24 @@ def sendable(raw: bytes) -> Sendable:
 
 
 def conversation(record: Sendable, intern: Interned) -> Conversation:
-    payloads = []
-    delays = []
-    for turn in record.turns:  # one plain loop: this runs once per turn of every tree built
-        model = turn.model
-        payloads.append(
-            Payload(
-                bytes(turn.messages),
-                model and intern(model),
-                turn.max_tokens,
-                turn.tools,
-                turn.extra,
-            )
-        )
-        delays.append(turn.delay / 1000.0)
+    delays = tuple(turn.delay / 1000.0 for turn in record.turns)
     branched = record.pre_session_spawns or any(t.forks or t.spawns for t in record.turns)
     branches = tuple(conversation_branches(record)) if branched else ()
-    return Conversation(tuple(payloads), _shared(tuple(delays)), branches)
+    return Conversation(payloads(record, intern), _shared(delays), branches)
+
+
+def payloads(record: Sendable, intern: Interned) -> tuple[Payload, ...]:
+    """What each turn sends, before any history (once per turn of every tree built)."""
+    return tuple(
+        Payload(
+            bytes(turn.messages),
+            turn.model and intern(turn.model),
+            turn.max_tokens,
+            turn.tools,
+            turn.extra,
+        )
+        for turn in record.turns
+    )
 
 
 def _shared(delays: tuple[float, ...]) -> tuple[float, ...]:

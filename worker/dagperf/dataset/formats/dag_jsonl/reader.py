@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -22,8 +22,16 @@ from numpy.typing import NDArray
 from dagperf.dataset.formats.dag_jsonl.edges import Edges
 from dagperf.dataset.formats.dag_jsonl.halves import read_file
 from dagperf.dataset.formats.dag_jsonl.line_store import LineStore
-from dagperf.dataset.formats.dag_jsonl.lines import Conversation, Interned, conversation, sendable
+from dagperf.dataset.formats.dag_jsonl.lines import (
+    Conversation,
+    Interned,
+    conversation,
+    payloads,
+    sendable,
+)
+from dagperf.dataset.formats.dag_jsonl.records import Sendable
 from dagperf.dataset.loader import load_file, parse_stream
+from dagperf.dataset.specs import Payload
 from dagperf.runtime.gcpause import gc_paused
 
 
@@ -42,14 +50,22 @@ class DagLines:
         """The conversation as sent: a FileChanged error when the line the file holds there
         is no longer the one loaded."""
         number = self.ids[sid]
+        return conversation(self._record(sid, number, self.store.line(number)), intern)
+
+    def payloads(self, intern: Interned) -> Iterator[tuple[str, tuple[Payload, ...]]]:
+        """Every conversation's turns as sent, in file order, read in one sequential pass."""
+        for (sid, number), line in zip(self.ids.items(), self.store.lines(), strict=True):
+            yield sid, payloads(self._record(sid, number, line), intern)
+
+    def _record(self, sid: str, number: int, line: bytes) -> Sendable:
         try:
-            record = sendable(self.store.line(number))
+            record = sendable(line)
         except (msgspec.ValidationError, msgspec.DecodeError):
             record = None
         if record is None or record.session_id != sid:
-            line = self.line_numbers[number]
-            raise self.store.changed(line, f"line {line} no longer holds session '{sid}'")
-        return conversation(record, intern)
+            at = self.line_numbers[number]
+            raise self.store.changed(at, f"line {at} no longer holds session '{sid}'")
+        return record
 
 
 @dataclass(frozen=True)
