@@ -36,16 +36,7 @@ from typing import NamedTuple
 
 from dagperf.dataset.specs import Payload
 
-__all__ = [
-    "ConversationInput",
-    "Node",
-    "Payload",
-    "RequestGraph",
-    "Session",
-    "SessionKind",
-    "Shape",
-    "Tree",
-]
+__all__ = ["Node", "Payload", "RequestGraph", "Session", "SessionKind", "Shape", "Tree"]
 
 
 class SessionKind(StrEnum):
