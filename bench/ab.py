@@ -2,7 +2,7 @@
 turns on one endpoint, so a change of speed is seen against the same machine's same minutes.
 
     python bench/ab.py BASELINE_REF [--candidate REF] [--requests 20000] [--concurrency 64]
-                       [--rounds 5] [--workers 2] [--same-env]
+                       [--rounds 5] [--workers 2] [--same-env] [--startup FILE]
 
 The baseline is the commit's tree (`git archive`) installed with pip into a virtualenv of its
 own (pip's cache makes that quick); the candidate is the checkout this script belongs to, run by
@@ -27,6 +27,9 @@ request over the whole run (the kernel's accounting of the reaped tree, start-up
 check included); the load average at its start and end; and the other processes' share of the
 machine while it ran (busy time from /proc/stat less the tree's, the endpoint's and this
 script's), in cores: the noise. At the end, the medians of each side and their ratios.
+
+With `--startup FILE` each round times launch to first request on that dag_jsonl file instead
+(2,000 requests, as bench/scale.py's start-up does), for a change to how a dataset is read.
 """
 
 from __future__ import annotations
@@ -226,30 +229,64 @@ async def compare(args: argparse.Namespace, tmp: Path) -> None:
     for side in (baseline, candidate):
         check_import(side)
     data = dataset(tmp / "flat.jsonl", 64)
+    zero = Running.start()
+    try:
+        for side in (baseline, candidate):  # untimed: fills the bytecode and page caches
+            warm = ("--concurrency", str(args.concurrency), "--request-count", "500")
+            await run(Tool(side, args.workers), data, zero, tmp / f"warm-{side.label}", *warm)
+        if args.startup:
+            await startups(args, (baseline, candidate), zero, tmp)
+        else:
+            await steady(args, (baseline, candidate), data, zero, tmp)
+    finally:
+        zero.stop()
+
+
+async def startups(
+    args: argparse.Namespace, sides: tuple[Side, Side], zero: Running, tmp: Path
+) -> None:
+    """Launch to first request on the `--startup` file (bench/scale.py's measure), in turns."""
+    data = Path(args.startup)
+    print(
+        f"A = {sides[0].label}, B = {sides[1].label}: {args.rounds} rounds of launch to first "
+        f"request on {data} ({data.stat().st_size / 1e6:,.0f} MB), 2,000 requests at concurrency "
+        f"64, --workers {args.workers}; {os.cpu_count()} cores",
+        flush=True,
+    )
+    taken: dict[str, list[float]] = {side.label: [] for side in sides}
+    load = ("--concurrency", "64", "--request-count", "2000")
+    for round_ in range(1, args.rounds + 1):
+        for side in sides if round_ % 2 else sides[::-1]:
+            out = tmp / f"{round_}-{side.label}"
+            done = await run(Tool(side, args.workers), data, zero, out, *load, sample=False)
+            taken[side.label].append(done.first_request_s)
+            print(f"  round {round_}  {side.label:<16} {done.first_request_s:.2f} s", flush=True)
+    a, b = (statistics.median(taken[side.label]) for side in sides)
+    print(f"medians: A {a:.2f} s, B {b:.2f} s, B / A {b / a:.2f}x")
+
+
+async def steady(
+    args: argparse.Namespace, sides: tuple[Side, Side], data: Path, zero: Running, tmp: Path
+) -> None:
+    """CPU per request on the flat dataset, in turns."""
+    baseline, candidate = sides
     print(
         f"A = {baseline.label}, B = {candidate.label}: {args.rounds} rounds of {args.requests:,} "
         f"streaming chat requests at concurrency {args.concurrency}, --workers {args.workers}, "
         f"against bench/endpoint.py (zero delay); {os.cpu_count()} cores",
         flush=True,
     )
-    zero = Running.start()
     runs: dict[str, list[Figures]] = {baseline.label: [], candidate.label: []}
-    try:
-        for side in (baseline, candidate):  # untimed: fills the bytecode and page caches
-            warm = ("--concurrency", str(args.concurrency), "--request-count", "500")
-            await run(Tool(side, args.workers), data, zero, tmp / f"warm-{side.label}", *warm)
-        for round_ in range(1, args.rounds + 1):
-            order = (baseline, candidate) if round_ % 2 else (candidate, baseline)
-            print(f"round {round_}", flush=True)
-            done: dict[str, Figures] = {}
-            for side in order:
-                out = tmp / f"{round_}-{side.label}"
-                done[side.label] = await measure(side, args, data, zero, out)
-                runs[side.label].append(done[side.label])
-                print(line(side.label, done[side.label]), flush=True)
-            print(ratios(asdict(done[baseline.label]), asdict(done[candidate.label])), flush=True)
-    finally:
-        zero.stop()
+    for round_ in range(1, args.rounds + 1):
+        order = (baseline, candidate) if round_ % 2 else (candidate, baseline)
+        print(f"round {round_}", flush=True)
+        done: dict[str, Figures] = {}
+        for side in order:
+            out = tmp / f"{round_}-{side.label}"
+            done[side.label] = await measure(side, args, data, zero, out)
+            runs[side.label].append(done[side.label])
+            print(line(side.label, done[side.label]), flush=True)
+        print(ratios(asdict(done[baseline.label]), asdict(done[candidate.label])), flush=True)
     a, b = medians(runs[baseline.label]), medians(runs[candidate.label])
     print(f"medians of {args.rounds} rounds (A = {baseline.label}, B = {candidate.label})")
     for label, m in ((baseline.label, a), (candidate.label, b)):
@@ -273,7 +310,14 @@ def main() -> None:
         action="store_true",
         help="run commits from their source with this interpreter's packages (no install)",
     )
+    parser.add_argument(
+        "--startup",
+        metavar="FILE",
+        help="time launch to first request on this dag_jsonl file instead (bench/scale.py's)",
+    )
     args = parser.parse_args()
+    if args.startup and not Path(args.startup).is_file():
+        parser.error(f"--startup: no such file: {args.startup}")
     if min(args.requests, args.concurrency, args.rounds, args.workers) < 1:
         parser.error("--requests, --concurrency, --rounds and --workers must be at least 1")
     with tempfile.TemporaryDirectory(prefix="dagperf-ab-") as name:

@@ -80,8 +80,7 @@ async def startup(sizes: list[tuple[int, str]], tmp: Path, zero: Running) -> Non
         # Timed apart from the run whose memory is sampled: reading /proc every 50 ms takes
         # CPU the start-up would otherwise have (a tenth of a second or more at 551 MB).
         timed = await run(Dagperf(workers=2), data, zero, tmp / f"timed-{n}", *load, sample=False)
-        first = min(r["metadata"]["request_start_ns"] for r in timed.records)
-        launch_s = (first - timed.launched_ns) / 1e9
+        launch_s = timed.first_request_s
         result = await run(Dagperf(workers=2), data, zero, tmp / f"startup-{n}", *load)
         check_s, check_mb = validate(data)
         print(f"{n:>14,} {size_mb:>8.0f} {launch_s:>16.1f} {result.peak_rss_mb:>12,.0f} "

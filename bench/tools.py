@@ -45,6 +45,12 @@ class Run:
     def throughput(self) -> float:
         return self.summary["request_throughput"]["avg"]
 
+    @property
+    def first_request_s(self) -> float:
+        """From the tool's launch to its first request's start, as it recorded it."""
+        first = min(r["metadata"]["request_start_ns"] for r in self.records)
+        return (first - self.launched_ns) / 1e9
+
 
 def dataset(path: Path, roots: int, forks: int = 0) -> Path:
     """`roots` one-turn conversations, each forking `forks` one-turn children."""
