@@ -214,3 +214,10 @@ def test_the_flag_reference_is_the_parsers_own():
         for action in command._actions:
             if action.help != argparse.SUPPRESS and not isinstance(action, argparse._HelpAction):
                 assert all(f"`{o}`" in committed for o in action.option_strings)
+
+
+def test_a_log_level_is_read_in_either_case():
+    parser = build_parser()
+    assert parser.parse_args(["profile", "--log-level", "debug"]).log_level == "DEBUG"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["profile", "--log-level", "loud"])

@@ -54,6 +54,7 @@ def log_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level",
         default="INFO",
+        type=str.upper,  # `debug` as well as `DEBUG`, as logging's own names are written
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="the least severe log lines shown, on stderr (default: %(default)s)",
     )

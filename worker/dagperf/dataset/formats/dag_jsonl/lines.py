@@ -83,24 +83,35 @@ def sendable(raw: bytes) -> Sendable:
 
 
 def conversation(record: Sendable, intern: Interned) -> Conversation:
-    delays = tuple(turn.delay / 1000.0 for turn in record.turns)
+    payloads, delays = _turns(record, intern)
     branched = record.pre_session_spawns or any(t.forks or t.spawns for t in record.turns)
     branches = tuple(conversation_branches(record)) if branched else ()
-    return Conversation(payloads(record, intern), _shared(delays), branches)
+    return Conversation(tuple(payloads), _shared(tuple(delays)), branches)
 
 
 def payloads(record: Sendable, intern: Interned) -> tuple[Payload, ...]:
-    """What each turn sends, before any history (once per turn of every tree built)."""
-    return tuple(
-        Payload(
-            bytes(turn.messages),
-            turn.model and intern(turn.model),
-            turn.max_tokens,
-            turn.tools,
-            turn.extra,
+    """What each turn sends, before any history."""
+    return tuple(_turns(record, intern)[0])
+
+
+def _turns(record: Sendable, intern: Interned) -> tuple[list[Payload], list[float]]:
+    """Each turn's payload and delay (s). One plain loop: this runs once per turn of every
+    tree built."""
+    payloads = []
+    delays = []
+    for turn in record.turns:
+        model = turn.model
+        payloads.append(
+            Payload(
+                bytes(turn.messages),
+                model and intern(model),
+                turn.max_tokens,
+                turn.tools,
+                turn.extra,
+            )
         )
-        for turn in record.turns
-    )
+        delays.append(turn.delay / 1000.0)
+    return payloads, delays
 
 
 def _shared(delays: tuple[float, ...]) -> tuple[float, ...]:
