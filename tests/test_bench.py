@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from compare import Table, ceilings, ratio
 from endpoint import Running
+from scheduler_path import main as scheduler_path
 from tools import Dagperf
 
 
@@ -46,3 +47,12 @@ async def test_dagperf_alone_gets_every_ceiling_row(zero, tmp_path, capsys):
         assert figure[0].isdigit() and ratio_ == "", (name, figure)
     table.show()
     assert "ratio" not in capsys.readouterr().out.splitlines()[-len(names) - 1]
+
+
+@pytest.mark.parametrize("forks", [0, 2])
+def test_the_scheduler_path_bench_answers_every_request_it_counts(forks, capsys):
+    """It drives the real scheduler by hand (its handler, its flush): a change there must not
+    leave the bench measuring a run that stalls or ends early (it exits when one does)."""
+    scheduler_path(["--requests", "600", "--forks", str(forks)])
+    out = capsys.readouterr().out
+    assert out.startswith("600 requests: ") and "us of the scheduler's own per request" in out

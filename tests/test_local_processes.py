@@ -144,3 +144,14 @@ def test_a_signal_while_the_dataset_is_read_stops_everything(tmp_path, private_t
     assert "Traceback" not in done.stderr
     assert dagperf_processes() == set()  # its children were this session's to inherit
     assert list(private_tmp.iterdir()) == []
+
+
+def test_a_dagperf_process_starts_no_blas_thread_to_spin():
+    """numpy's OpenBLAS starts a thread per core, which spins after every vector operation it
+    is handed: CPU a run would measure as its own (it was a quarter of the scheduler's per
+    request). dagperf keeps BLAS to the thread that calls it."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    code = "import os, dagperf.metrics.summary; print(len(os.listdir('/proc/self/task')))"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["1"]

@@ -48,7 +48,9 @@ class _Moments(NamedTuple):
     def of(cls, values: np.ndarray) -> _Moments:
         mean = float(values.mean())
         deviations = values - mean
-        m2 = float(np.dot(deviations, deviations))
+        # Not np.dot: OpenBLAS hands a long vector to a thread that then spins (see dagperf's
+        # __init__); called every heartbeat, that kept one spinning through the whole run.
+        m2 = float(np.square(deviations).sum())
         return cls(
             len(values), float(values.sum()), float(values.min()), float(values.max()), mean, m2
         )
