@@ -65,7 +65,12 @@ class ChoicesReply(Reply):
     __slots__ = ()
 
     def add_chunk(self, raw: bytes) -> bool:
-        body = _parse(raw)
+        try:  # (`_parse` inlined: this runs once per token)
+            body = _decode(raw)
+        except msgspec.DecodeError:
+            body = _parse(raw)  # raises, saying what the chunk is not
+        if body.failed():
+            raise body.server_error()
         if body.choices or body.usage is not None:
             self.completion = True
         if body.usage is not None:

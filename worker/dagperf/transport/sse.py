@@ -8,12 +8,16 @@ so callers see each event once, stamped with the read that completed it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from itertools import repeat
+from typing import NamedTuple, cast
 
 
 class Event(NamedTuple):
     data: bytes
     name: bytes  # b"" unless the server sent an `event:` line
+
+
+_DATA, _NO_NAME, _EVENT = repeat(b"data: "), repeat(b""), repeat(Event)  # (never exhausted)
 
 
 class SSEParser:
@@ -38,8 +42,16 @@ class SSEParser:
         # to a read when tokens come fast) is cut out at its blank lines; anything else in the
         # run, and whatever follows it, goes line by line.
         head, blank, tail = text.rpartition(b"\n\n")
+        if not blank:
+            return self._lines(tail, [])
+        blocks = head.split(b"\n\n")
+        # The usual run, every block one `data: ` line, is told apart and cut into events in C:
+        # a Python call per event was most of a token stream's parsing.
+        if head.count(b"\n") == 2 * len(blocks) - 2 and all(map(bytes.startswith, blocks, _DATA)):
+            pairs = zip([block[6:] for block in blocks], _NO_NAME, strict=False)
+            return self._lines(tail, cast(list[Event], list(map(tuple.__new__, _EVENT, pairs))))
         events: list[Event] = []
-        for block in head.split(b"\n\n") if blank else ():
+        for block in blocks:
             if not block.startswith(b"data:") or b"\n" in block:
                 if block:
                     return self._lines(text, [])
