@@ -64,7 +64,9 @@ def test_warm_up_runs_and_runs_that_sent_nothing_are_not_held():
     assert not per_run._open and not per_run._retired
 
 
-def test_one_request_runs_are_judged_with_their_result_and_never_held():
+def test_one_request_runs_are_never_held_and_no_tree_of_one_is_judged():
+    """A lone request has nothing to stay on one backend with: counting it would fill the
+    locality verdict with trees trivially kept home (or, without a header, ask for one)."""
     locality, reuse = Locality(), ForkReuse()
     header = {"backend": "pod-a", "backend_source": "header:x-backend"}
     ttft = {"time_to_first_token": 1.0}
@@ -80,8 +82,34 @@ def test_one_request_runs_are_judged_with_their_result_and_never_held():
             result = Result(run.id, run.id, None, run.id + 5, ttft)
         locality.add(flight, result)
         reuse.add(flight, result)
-    assert (locality.trees, locality.unattributed, locality.trees_on_one) == (200, 100, 100)
-    assert locality.by_backend == {"pod-a": 100} and locality.off_home == 0
+    assert (locality.trees, locality.unattributed, locality.trees_on_one) == (0, 0, 0)
+    assert locality.report() is None and not locality.by_backend and not locality.by_address
     assert reuse.report() is None  # no FORK child was sent
     for tracker in (locality, reuse):
         assert not tracker._runs._open and not tracker._runs._retired
+
+
+def test_locality_judges_the_routes_with_two_requests_served():
+    """A root forking one child (one route, two requests) is a tree; its one-turn SPAWNed
+    sub-agent (a route of its own, one request) is not; nor is a tree whose other request
+    failed."""
+    graph = compile_dag_jsonl(
+        load(
+            conv("root", turn(forks=["kid"], spawns=["agent"])),
+            conv("kid", turn()),
+            conv("agent", turn()),
+        )
+    )
+    (tree,) = graph.trees
+    header = {"backend": "pod-a", "backend_source": "header:x-backend"}
+    locality = Locality()
+    names = [tree.sessions[node.session].conversation_id for node in tree.nodes]
+    for run_id, failing in ((1, None), (2, names.index("kid"))):
+        run = TreeRun(run_id, 0, TreeTemplate(tree), Phase.PROFILING)
+        run.nodes[:] = bytes([NodeState.OK] * len(tree.nodes))
+        for node in range(len(tree.nodes)):
+            flight = Flight(node, run, node, "local-1", Phase.PROFILING, node, f"r{node}")
+            error = ErrorInfo(500, "X", "boom") if node == failing else None
+            locality.add(flight, Result(node, node, None, node + 5, {}, error, **header))
+        locality.retire(run)
+    assert (locality.trees, locality.trees_on_one, locality.by_backend) == (1, 1, {"pod-a": 2})

@@ -5,7 +5,9 @@ A FORK tree is a root or SPAWNed session with the FORK children that continue it
 send them to one backend: the tree's home, the backend of its first request. For every tree
 this counts the backends that served it and the requests served away from home; the speed of
 every later request (TTFT when streamed, else latency) is kept apart for home and away, which
-shows what a broken affinity costs.
+shows what a broken affinity costs. A tree with one successful request has nothing to stay
+with: it is not counted (else a run of single requests would read as trees kept on one
+backend, or ask for a backend header it has no use for).
 
 Only a response can say which backend served it (a header named by `--backend-header`). The
 address that answered is no such proof: behind a router it is the router's, so every tree would
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, NamedTuple
 
-from dagperf.engine import Flight, Phase, TreeRun
+from dagperf.engine import Flight, TreeRun
 from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import Result
@@ -53,10 +55,11 @@ class Locality:
 
     def add(self, flight: Flight, result: Result) -> None:
         tree = flight.run.tree
+        if len(tree.nodes) == 1:  # a lone request: no tree to judge
+            return
         route = tree.sessions[tree.nodes[flight.node].session].route
         if result.error is not None:  # held all the same: its run closes once every node is in
-            if len(tree.nodes) > 1:  # (a lone request that failed judges nothing)
-                self._runs.add(flight.run, _Served(route, result.start_ns, None, None, True))
+            self._runs.add(flight.run, _Served(route, result.start_ns, None, None, True))
             return
         backend = result.backend
         source = result.backend_source or ""
@@ -68,15 +71,10 @@ class Locality:
             self.sources[source] += 1
         metrics = result.metrics
         speed = metrics.get("time_to_first_token", metrics.get("request_latency"))
-        served = _Served(route, result.start_ns, backend, speed, False)
-        if len(tree.nodes) == 1:  # the run's only result: judged now, not held
-            if flight.run.phase == Phase.PROFILING:
-                self._close(flight.run, [served], True)
-            return
-        self._runs.add(flight.run, served)
+        self._runs.add(flight.run, _Served(route, result.start_ns, backend, speed, False))
 
     def retire(self, run: TreeRun) -> None:
-        if len(run.tree.nodes) > 1:  # (a one-request run is judged with its result)
+        if len(run.tree.nodes) > 1:  # (a one-request run is not held)
             self._runs.retire(run)
 
     def finish(self) -> None:
@@ -88,6 +86,8 @@ class Locality:
             if not s.failed:
                 trees.setdefault(s.route, []).append(s)
         for requests in trees.values():
+            if len(requests) < 2:  # (a one-turn SPAWN child, or a tree all but one failed)
+                continue
             self.trees += 1
             requests.sort(key=lambda s: s.start_ns)
             home = requests[0].backend
