@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 
 from dagperf.dataset import DatasetError
+from dagperf.dataset.formats.dag_jsonl import file_pass, line_store, load_dag_jsonl
 from dagperf.dataset.formats.dag_jsonl import halves as dag_halves
-from dagperf.dataset.formats.dag_jsonl import line_store, load_dag_jsonl
 from dagperf.dataset.formats.dag_jsonl.line_store import FileChanged
 from dagperf.dataset.formats.dag_jsonl.lines import Interned
 from dagperf.graph import compile_dag_jsonl
@@ -165,6 +165,28 @@ def test_a_child_that_dies_costs_only_time(tmp_path, monkeypatch):
     whole = read(path, 1 << 40, monkeypatch)
     monkeypatch.setattr(dag_halves, "_second_half", lambda *args: os._exit(1))
     assert line_numbers(read(path, 1, monkeypatch)) == line_numbers(whole)
+
+
+@pytest.mark.parametrize("good", [True, False])
+def test_a_child_that_dies_after_sending_its_ids_costs_only_time(tmp_path, monkeypatch, good):
+    """The ids it sent ahead were filed (or, in both halves, not): they are taken back and
+    its half read again, with the same dataset or the same problems as one pass."""
+    path = write(tmp_path / "d.jsonl", *lines_in_both_halves(good))
+    whole = read(path, 1 << 40, monkeypatch)
+    real = file_pass.FilePass.part
+
+    def dies_after_the_ids(self, with_sids=True):
+        if not with_sids:  # in the child, its ids sent
+            os._exit(1)
+        return real(self, with_sids)
+
+    monkeypatch.setattr(file_pass.FilePass, "part", dies_after_the_ids)
+    halves = read(path, 1, monkeypatch)
+    if good:
+        assert line_numbers(halves) == line_numbers(whole)
+        assert halves.ids == whole.ids
+    else:
+        assert halves == whole
 
 
 def test_a_first_half_past_the_problem_cap_stops_the_second(tmp_path, monkeypatch):

@@ -267,13 +267,18 @@ class FilePass:
             sids[number] = sid
         return sids
 
-    def part(self) -> Part:
+    def packed_sids(self) -> bytes:
+        """Each conversation's session id by its number, as they travel between processes."""
+        return msgspec.msgpack.encode(self._sids())
+
+    def part(self, with_sids: bool = True) -> Part:
         """What this pass found, to be merged into the pass over the part of the file before
-        (its line numbers counted from 1, its conversations from 0)."""
+        (its line numbers counted from 1, its conversations from 0); without its session ids
+        when they were sent ahead (`packed_sids`)."""
         self.edges.number(self.ids)
         return Part(
             self.problems,
-            msgspec.msgpack.encode(self._sids()),
+            self.packed_sids() if with_sids else b"",
             self.line_numbers,
             self.turns,
             self.store.spans(),
@@ -283,9 +288,24 @@ class FilePass:
             self.unparsed,
         )
 
-    def merge(self, part: Part, lines_before: int) -> None:
+    def file_ahead(self, packed: bytes) -> tuple[list[str], bool]:
+        """The session ids of the part that follows (`packed_sids`), filed now if they are
+        apart from this pass's: its edges must be numbered first (their children are looked up
+        among this part's sessions only). Returns them, and whether they were filed."""
+        self.edges.number(self.ids)
+        sids = msgspec.msgpack.decode(packed, type=list[str])
+        return sids, self._file_apart(sids, len(self.line_numbers))
+
+    def unfile(self, sids: list[str]) -> None:
+        """Take back ids `file_ahead` filed (the part they belong to never came)."""
+        for sid in sids:
+            del self.ids[sid]
+
+    def merge(
+        self, part: Part, lines_before: int, ahead: tuple[list[str], bool] | None = None
+    ) -> None:
         """A later part of the file read by another pass, which started `lines_before` lines
-        into the file."""
+        into the file; `ahead`: what `file_ahead` did with its session ids, if it had them."""
         offset = len(self.line_numbers)
         for p in part.problems:
             self.report(p.line and p.line + lines_before, p.message)
@@ -294,8 +314,11 @@ class FilePass:
         self.turns.extend(part.turns)
         self.edges.number(self.ids)  # before the ids of the other part join them
         self.edges.extend(part.edges, offset)
-        sids = msgspec.msgpack.decode(part.sids, type=list[str])
-        if not self._file_apart(sids, offset):
+        if ahead is None:
+            sids = msgspec.msgpack.decode(part.sids, type=list[str])
+            ahead = sids, self._file_apart(sids, offset)
+        sids, filed = ahead
+        if not filed:
             self.edges.numbers = array("q")  # a session in both parts: number them as one
             for number, sid in enumerate(sids, offset):
                 if sid and sid in self.ids:

@@ -3,9 +3,10 @@
 Reading is Python-bound (decoding, then filing every line), and the machine a benchmark starts
 on has its cores idle while it reads, so a file past `SPLIT_BYTES` is cut at the line nearest
 its middle: a forked child reads the second half while this process reads the first, and hands
-back what it found (`dag_pass.Part`: session ids, numbers, spans, edges; never the prompts) to
-be merged in file order. A child that dies (killed for memory, say) costs only time: its half is
-read again here. Forking needs Linux; elsewhere the file is read in one pass.
+back what it found (`file_pass.Part`: session ids, numbers, spans, edges; never the prompts) to
+be merged in file order. Its session ids come first, filed here while it numbers its edges. A
+child that dies (killed for memory, say) costs only time: its half is read again here (ids
+filed from it taken back). Forking needs Linux; elsewhere the file is read in one pass.
 """
 
 from __future__ import annotations
@@ -44,9 +45,13 @@ def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
         child.join()
         receive.close()
         raise
-    reading.edges.number(reading.ids)  # while the child sends its half
+    reading.edges.number(reading.ids)  # while the child finishes its half
+    ahead: tuple[list[str], bool] | None = None
     try:
-        outcome = receive.recv()
+        outcome = receive.recv()  # its session ids first: filed here while it packs the rest
+        if isinstance(outcome, bytes):
+            ahead = reading.file_ahead(outcome)
+            outcome = receive.recv()
     except EOFError:  # the child died: its half is read here
         outcome = None
     finally:
@@ -55,8 +60,10 @@ def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
     if isinstance(outcome, BaseException):
         raise outcome
     if outcome is None:
-        outcome = _part_from(stream, source, middle)
-    reading.merge(outcome, first.next_line - 1)
+        if ahead is not None and ahead[1]:
+            reading.unfile(ahead[0])
+        ahead, outcome = None, _part_from(stream, source, middle)
+    reading.merge(outcome, first.next_line - 1, ahead)
     return reading
 
 
@@ -81,26 +88,34 @@ def _read(reading: FilePass, chunks: Chunks) -> FilePass:
 
 
 def _second_half(send: Connection, stream: BinaryIO, source: str, middle: int) -> None:
-    """In the child: the pass from `middle` to the end, sent as a Part (or the error)."""
+    """In the child: the pass from `middle` to the end, sent as its session ids and then a
+    Part without them (or the error). The parent files the ids while this process numbers
+    its edges: a second core at work in what was the read's single-core tail."""
     try:
         # Opened anew, not dup'ed: a duplicate would share (and move) the parent's position.
         with open(f"/proc/self/fd/{stream.fileno()}", "rb") as own:
-            outcome: Part | BaseException = _part_from(own, source, middle)
-        send.send(outcome)
+            reading = _pass_from(own, source, middle)
+        send.send(reading.packed_sids())
+        send.send(reading.part(with_sids=False))
     except BaseException as e:
         send.send(e)
     finally:
         send.close()
 
 
-def _part_from(stream: BinaryIO, source: str, middle: int) -> Part:
-    """The pass from `middle` to the end of a stream, as a Part to merge (stopped at the
-    problem cap, its problems so far)."""
+def _pass_from(stream: BinaryIO, source: str, middle: int) -> FilePass:
+    """The pass from `middle` to the end of a stream (stopped at the problem cap, with its
+    problems so far: the merge stops at it again)."""
     stream.seek(middle)
     reading = FilePass(source, LineStore(source, stream))
-    with contextlib.suppress(DatasetError):  # past the cap: the merge stops at it again
+    with contextlib.suppress(DatasetError):
         _read(reading, Chunks(stream, middle))
-    return reading.part()
+    return reading
+
+
+def _part_from(stream: BinaryIO, source: str, middle: int) -> Part:
+    """The pass from `middle` to the end of a stream, as a Part to merge."""
+    return _pass_from(stream, source, middle).part()
 
 
 def _middle(store: LineStore) -> int | None:
