@@ -318,8 +318,9 @@ class FilePass:
             sids = msgspec.msgpack.decode(part.sids, type=list[str])
             ahead = sids, self._file_apart(sids, offset)
         sids, filed = ahead
-        if not filed:
-            self.edges.numbers = array("q")  # a session in both parts: number them as one
+        if not filed:  # a session in both parts: number them as one
+            self.edges.name_numbered(sids, offset)
+            self.edges.numbers = array("q")
             for number, sid in enumerate(sids, offset):
                 if sid and sid in self.ids:
                     self._duplicate(self.line_numbers[number], sid)
