@@ -54,5 +54,11 @@ started=$SECONDS
 tests/engines/build.sh > /dev/null
 echo "llama-server ready in $((SECONDS - started)) s"
 
+# AIPerf 0.13, the reference of the differential tests, in a virtual environment of its own in
+# ~/.cache/dagperf-aiperf (about 90 s when cold); what it sent for each case is cached there too.
+started=$SECONDS
+tests/aiperf_install.sh > /dev/null
+echo "AIPerf ready in $((SECONDS - started)) s"
+
 # Two workers: most tests wait on the processes they start; each real stack stays on one.
 python -m pytest -q -n 2 --dist loadgroup "$@"

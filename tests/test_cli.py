@@ -161,6 +161,7 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/traces/conversations.jsonl": ["--custom-dataset-type", "untimed_content_multi_turn"],
     "examples/traces/shared_prefix.jsonl": ["--custom-dataset-type", "shared_prefix"],
     "examples/traces/rag.jsonl": ["--custom-dataset-type", "rag"],
+    "examples/agentic/spine.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/session_configs/linear.yaml": ["--session-config"],
     "examples/session_configs/branching.yaml": ["--session-config"],
     "examples/veeksha/synthetic.yaml": ["--session-config"],

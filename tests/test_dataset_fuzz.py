@@ -133,14 +133,53 @@ def valid_files(draw) -> list[dict]:
                     forked.add(child)
         conversation = {"session_id": sid, "turns": turns}
         candidates = [c for c in later if c not in forked]
+        if later and draw(st.integers(0, 4)) == 0:
+            convs.append(draw(orchestrators(sid, later)))
+            continue
         if candidates and draw(st.booleans()):
             child = draw(st.sampled_from(candidates))
             conversation["pre_session_spawns"] = [child]
             pre_spawned.add(child)
+        forks = any(t.get("forks") for t in turns)
+        modes = ["deltas_with_responses", "deltas_without_responses"]
+        modes += [] if forks or sid in forked else ["message_array_with_responses"]
+        if draw(st.integers(0, 3)) == 0:
+            conversation["context_mode"] = draw(st.sampled_from(modes))
         convs.append(conversation)
     # Forward-only references can still make a later conversation a FORK target after it was
     # pre-session spawned; the generator keeps those disjoint above.
     return draw(st.permutations(convs))
+
+
+@st.composite
+def orchestrators(draw, sid: str, later: list[str]) -> dict:
+    """A valid orchestrator line: spawns once, or in rounds (a count or a list, each round
+    its own children), with fixed or drawn think times."""
+    line: dict = {"session_id": sid, "orchestrator": True}
+    form = draw(st.sampled_from(["once", "count", "list"]))
+    if form == "list":
+        children = draw(st.permutations(later))
+        inner = st.integers(1, max(1, len(children) - 1))
+        cuts = sorted(draw(st.sets(inner, max_size=2))) if len(children) > 1 else []
+        groups = [children[a:b] for a, b in zip([0, *cuts], [*cuts, len(children)], strict=True)]
+        rounds = []
+        for group in groups:
+            one: dict = {"spawns": group}
+            if draw(st.booleans()):
+                one["think_time_ms"] = draw(st.floats(0, 50))
+            rounds.append(one)
+        line["rounds"] = rounds
+    else:
+        line["spawns"] = draw(st.lists(st.sampled_from(later), unique=True, min_size=1))
+        if form == "count":
+            line["rounds"] = draw(st.integers(1, 3))
+    if form != "once" and draw(st.booleans()):
+        line["think_time_ms"] = draw(st.floats(0, 50))
+        if draw(st.booleans()):
+            line["think_time_sigma"] = draw(st.floats(0.01, 10))
+            low, high = sorted(draw(st.lists(st.floats(0, 100), min_size=2, max_size=2)))
+            line |= {"think_time_min_ms": low, "think_time_max_ms": high}
+    return line
 
 
 @FAST
@@ -327,7 +366,7 @@ def hostile_valid_files(draw) -> list[bytes]:
     convs = draw(valid_files())
     hostile = hostile_numbers if draw(st.booleans()) else st.nothing()
     for conversation in convs:
-        for turn in conversation["turns"]:
+        for turn in conversation.get("turns", ()):  # (an orchestrator has none)
             if draw(st.booleans()):
                 turn["max_tokens"] = draw(st.integers(1, 2**31 - 1) | hostile)
             if draw(st.booleans()):

@@ -42,10 +42,9 @@ def test_duplicate_session_id_names_both_lines():
 
 
 def test_empty_turns():
-    assert refusal(OK, {"session_id": "a", "turns": []}) == (
-        2,
-        "turns: List should have at least 1 item after validation, not 0 (session 'a')",
-    )
+    expected = (2, "session 'a' turns: at least one turn is needed (only an orchestrator has none)")
+    assert refusal(OK, {"session_id": "a", "turns": []}) == expected
+    assert refusal(OK, {"session_id": "a"}) == expected
 
 
 def test_turn_without_messages():

@@ -23,8 +23,10 @@ from dagperf.runtime.gcpause import gc_paused
 MAX_PROBLEMS = 100
 _GZIP_MAGIC = b"\x1f\x8b"
 #: The tags a format's discriminated unions add to error locations (dag_jsonl's branch entries:
-#: a bare session id or an object); they are not keys in the file, so messages leave them out.
+#: a bare session id or an object; an orchestrator's rounds: a count or a list); they are not
+#: keys in the file, so messages leave them out.
 BARE, OBJECT = "bare", "object"
+COUNT, LIST = "<count>", "<list>"
 UNION_TAGS = frozenset({BARE, OBJECT})
 STOPPED_READING = (
     f"too many problems: stopped reading here after {MAX_PROBLEMS}; fix these and validate again"
@@ -206,6 +208,8 @@ def describe(
 
 
 def _is_union_tag(loc: tuple[Any, ...], i: int) -> bool:
+    if loc[i] in (COUNT, LIST):  # no key of a file is written so
+        return True
     return loc[i] in UNION_TAGS and i > 0 and isinstance(loc[i - 1], int)
 
 

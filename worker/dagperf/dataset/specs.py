@@ -51,6 +51,19 @@ class Payload(NamedTuple):
         return decode_messages(self.messages_json)
 
 
+class Gate(NamedTuple):
+    """What marks a point of a graph that sends nothing (an orchestrator's spine): it waits
+    its node's delay, or, with `sigma`, a lognormal draw around that median per run and turn,
+    clamped to `min_s` and `max_s`."""
+
+    sigma: float | None = None
+    min_s: float | None = None
+    max_s: float | None = None
+
+
+SENDS_NOTHING = Gate()
+
+
 def decode_messages(encoded: bytes) -> Messages:
     return _decode_messages(encoded)
 

@@ -6,7 +6,11 @@ runs that are over. The clock is injected, so every rule here is tested without 
 
 It knows nodes and edges, not FORK or SPAWN: a node is ready when its dependencies have ended
 (`deps` successfully, `join_deps` in any way), waits its delay, then goes out when the run is open
-and `max_inflight` allows. A failed node skips every node that needs it.
+and `max_inflight` allows. A failed node skips every node that needs it. A gate (an orchestrator's
+spine) sends nothing: once its delay is over it ends, releasing what waits for it, while the phase
+is open; it counts as no request. A gate that ends its root frees the root's slot at once, so
+fire-and-forget orchestrators start one after another as fast as the loop turns (a batch per
+event, then a tick due at once: the loop is never held).
 
 A node that needs nothing but one other node, continues that node's history on the same worker
 and has no delay (a FORK child, a conversation's next turn) is armed: it goes out along with that
@@ -58,6 +62,8 @@ from dagperf.engine.window import Until, Window
 from dagperf.graph import RequestGraph
 from dagperf.vocabulary.config import LoadConfig
 
+_GATE_BATCHES = 64  # rounds of gates passed per event before the loop gets a turn
+
 
 class Dispatcher:
     def __init__(
@@ -79,6 +85,7 @@ class Dispatcher:
         self.router = RendezvousRouter()
         self._flights = Flights(self.router, new_id)
         self._run_ids = 0
+        self._gates_left = False  # gates still passing when the last event's batch ran out
         self.failure: str | None = None  # why the run failed, when it did
         self.finished = False
         self.orders = Orders()  # what the caller is to carry out, drained after each event
@@ -171,6 +178,8 @@ class Dispatcher:
         return self.orders.drain_cancels(self._out.wire)
 
     def next_deadline(self) -> float | None:
+        if self._gates_left:
+            return self._clock()
         delay, pace = self._out.next_due(), self._pacing.next_due()
         if delay is None or pace is None:
             return pace if delay is None else delay
@@ -204,13 +213,22 @@ class Dispatcher:
         self.branch_stats = self._plan.branch_stats
         self._closed: str | None = None
         self._runs: dict[int, TreeRun] = {}
-        self._out = Outgoing(self._plan, self._flights, self.orders, self._load.max_inflight)
+        self._out = Outgoing(
+            self._plan, self._flights, self.orders, self._load.max_inflight, self._load.random_seed
+        )
 
     def _advance(self) -> None:
         """Start what may start, send what may go, and notice when the phase is over."""
         if not self._begun or self.finished:
             return
         self._start_roots()
+        self._gates_left = False
+        for _ in range(_GATE_BATCHES):
+            if not self._pass_gates():
+                break
+            self._start_roots()  # a gate that ended its root freed a slot
+        else:
+            self._gates_left = bool(self._out.passed)
         if not self._closed:
             self._out.send(self._measuring)
             if self._plan.capped:
@@ -265,6 +283,19 @@ class Dispatcher:
             self._runs[run.id] = run
             for node in run.tree.entry:
                 self._out.ready(run, node, self._clock())
+
+    def _pass_gates(self) -> bool:
+        """End the gates whose wait is over, while the phase is open; whether any passed."""
+        passed = self._out.passed
+        if self._closed or not passed:
+            return False
+        self._out.passed = []
+        for run, i in passed:
+            if run.id in self._runs and run.nodes[i] == NodeState.READY:
+                self._flights.name(run, run.tree.nodes[i].session)
+                run.start(i, self._plan.branch_stats)
+                self._end(run, i, NodeState.OK)
+        return True
 
     def _end(self, run: TreeRun, first: int, state: NodeState, cancelled: bool = False) -> None:
         ending = run.end(first, state, cancelled, self._plan.branch_stats)

@@ -39,6 +39,11 @@ class Flights:
         self._new_id = new_id
         self._credits = 0
 
+    def name(self, run: TreeRun, s: int) -> None:
+        """Session s of the run gets its correlation id, if it has none yet."""
+        if run.correlation[s] is None:
+            run.correlation[s] = self._new_id()
+
     def make(self, run: TreeRun, i: int, phase: Phase) -> Flight:
         """A credit for node i, on the worker its route is pinned to (pinned now if need be)."""
         tree = run.tree

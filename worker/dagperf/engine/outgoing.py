@@ -1,8 +1,9 @@
 """What a phase sends: ready nodes waiting out their delay or for room, then flights on the wire
 until their results return.
 
-A node whose dependencies are met waits out its delay on a timer, if it has one, then joins the
-send queue, which goes out in order while `max_inflight` allows and the phase's cap on requests
+A node whose dependencies are met waits out its delay on a timer, if it has one (a gate's may be
+drawn now: `think`); a gate then passes (`passed`, for the dispatcher to end), anything else joins
+the send queue, which goes out in order while `max_inflight` allows and the phase's cap on requests
 is not reached. Each node sent is a `Flight` on the worker its route is pinned to (`flights`),
 carrying the nodes armed with it, unless a cap on requests or on what is in flight needs every
 request sent from here. A flight stays on the wire, by credit, until its result lands it or its
@@ -18,14 +19,23 @@ from dagperf.engine.flights import Flight, Flights, settle_armed
 from dagperf.engine.orders import Orders
 from dagperf.engine.phase import PhasePlan
 from dagperf.engine.runs import NodeState, TreeRun
+from dagperf.engine.think import ThinkTimes
 from dagperf.engine.timers import Timers
 
 _DELAY = 0
 
 
 class Outgoing:
-    def __init__(self, plan: PhasePlan, flights: Flights, orders: Orders, max_inflight: int | None):
+    def __init__(
+        self,
+        plan: PhasePlan,
+        flights: Flights,
+        orders: Orders,
+        max_inflight: int | None,
+        seed: int | None,
+    ):
         self._plan = plan
+        self._think = ThinkTimes(seed)  # a gate's drawn wait (the same draw for the same seed)
         self._flights = flights
         self._orders = orders
         self._max_inflight = max_inflight
@@ -34,22 +44,33 @@ class Outgoing:
         self.cancelling = False  # what a worker starts from now on is cancelled at once
         self._queue: deque[tuple[TreeRun, int]] = deque()
         self._delays: Timers[TreeRun] = Timers()
+        self.passed: list[tuple[TreeRun, int]] = []  # gates whose wait is over, to be ended
 
     def ready(self, run: TreeRun, node: int, now: float) -> None:
-        """The node's dependencies are met: it goes out after its delay, if it has one."""
+        """The node's dependencies are met: it goes out (or, a gate, passes) after its delay,
+        if it has one."""
         run.nodes[node] = NodeState.READY
-        delay = run.tree.nodes[node].delay_s
+        spec = run.tree.nodes[node]
+        delay = spec.delay_s
+        if spec.gate is not None:
+            delay = self._think.draw(spec.gate, delay, run.id - 1, spec.turn)
         if delay > 0:
             self._delays.at(now + delay, _DELAY, run, node)
         else:
-            self._queue.append((run, node))
+            self._go(run, node)
 
     def due(self, now: float, open_runs: Container[int]) -> None:
         """Queue the nodes whose delay is over, of the runs still open."""
         for _, _, run, node in self._delays.due(now):
             assert run is not None
             if run.id in open_runs and run.nodes[node] == NodeState.READY:
-                self._queue.append((run, node))
+                self._go(run, node)
+
+    def _go(self, run: TreeRun, node: int) -> None:
+        if run.tree.nodes[node].gate is None:
+            self._queue.append((run, node))
+        else:
+            self.passed.append((run, node))
 
     def next_due(self) -> float | None:
         return self._delays.next_due()
@@ -103,3 +124,4 @@ class Outgoing:
         """The phase is over: what still waits will not go."""
         self._queue.clear()
         self._delays.clear()
+        self.passed.clear()

@@ -44,7 +44,7 @@ class SessionState(IntEnum):
 class TreeTemplate:
     """What every run of one tree starts from, computed once per tree."""
 
-    __slots__ = ("armable", "keep", "keeps_history", "sizes", "tree", "waiting")
+    __slots__ = ("armable", "gated", "keep", "keeps_history", "sizes", "tree", "waiting")
 
     def __init__(self, tree: Tree):
         self.tree = tree
@@ -57,6 +57,7 @@ class TreeTemplate:
         self.keeps_history = any(keep)  # a worker holds some of a run's context while it runs
         self.sizes = [s.turn_count for s in tree.sessions]
         self.armable = [_armable(tree, i) for i in range(len(tree.nodes))]
+        self.gated = any(node.gate is not None for node in tree.nodes)  # some send nothing
 
 
 class Templates:
@@ -94,6 +95,7 @@ def _armable(tree: Tree, i: int) -> tuple[int, ...]:
         and not node.join_deps
         and node.history == i
         and node.delay_s == 0
+        and node.gate is None
         and tree.sessions[node.session].route == route
     )
 
@@ -204,7 +206,13 @@ class TreeRun:
         return f"'{session.conversation_id}' turn {i - session.first_node}"
 
     def launch(self, i: int, worker: str, stats: BranchStats) -> None:
-        """Node i is on the wire, on `worker`: its session runs, a suspended parent resumes."""
+        """Node i is on the wire, on `worker`."""
+        self.start(i, stats)
+        self.workers.add(worker)
+
+    def start(self, i: int, stats: BranchStats) -> None:
+        """Node i is sent, or is a gate whose wait is over: its session runs, a suspended
+        parent resumes."""
         s = self.tree.nodes[i].session
         if self.sessions[s] == SessionState.IDLE:
             self.sessions[s] = SessionState.RUNNING
@@ -212,7 +220,6 @@ class TreeRun:
         if i in self.suspended:
             self.suspended.discard(i)
             stats.parents_resumed += 1
-        self.workers.add(worker)
         self.nodes[i] = NodeState.SENT
 
     def end(self, first: int, state: NodeState, cancelled: bool, stats: BranchStats) -> Ending:
@@ -231,9 +238,9 @@ class TreeRun:
             i, state = stack.pop()
             self.nodes[i] = state
             self.open -= 1
-            skipped += state == NodeState.SKIPPED
             self.suspended.discard(i)
             node = tree.nodes[i]
+            skipped += state == NodeState.SKIPPED and node.gate is None
             self.session_open[node.session] -= 1
             ended = not self.session_open[node.session]
             cut = cancelled or (self.cancelled and i != first)  # cut short, not errored
@@ -277,9 +284,16 @@ class TreeRun:
         return [(i, NodeState.SKIPPED) for i in waiting]
 
     def unsent(self) -> int:
-        """Nodes that ended without being sent (a dependency failed, or the run was
+        """Requests that ended without being sent (a dependency failed, or the run was
         cancelled)."""
-        return self.nodes.count(NodeState.SKIPPED)
+        skipped = self.nodes.count(NodeState.SKIPPED)
+        if skipped and self.template.gated:
+            nodes = self.tree.nodes
+            skipped -= sum(
+                s == NodeState.SKIPPED and nodes[i].gate is not None
+                for i, s in enumerate(self.nodes)
+            )
+        return skipped
 
     def unpin(self, worker: str) -> list[int]:
         """`worker` is lost, and the histories it held: unpin its routes and return the nodes

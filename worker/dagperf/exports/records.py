@@ -14,9 +14,14 @@ from typing import Any
 import msgspec
 
 from dagperf.engine import Flight
-from dagperf.graph import SessionKind
+from dagperf.graph import SessionKind, Tree
 from dagperf.transport.protocol import Cut, Result
 from dagperf.vocabulary.catalog import UNITS
+
+
+def _waited(tree: Tree, i: int) -> tuple[int, ...]:
+    waits = tree.waits_for(i)
+    return (*waits.deps, *waits.join_deps)
 
 
 def record(
@@ -59,7 +64,7 @@ def record(
         "branch_mode": session.kind.value if session.kind is not SessionKind.ROOT else None,
         # The requests this one waited for: the export is a DAG that can be checked on its own.
         "depends_on": [
-            run.request_ids[d] for d in (*node.deps, *node.join_deps) if run.request_ids[d]
+            run.request_ids[d] for d in _waited(tree, flight.node) if run.request_ids[d]
         ],
         "delay_ms": node.delay_s * 1000,
         # How many records will name this one: the health check forgets it after the last.

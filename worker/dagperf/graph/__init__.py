@@ -2,7 +2,17 @@
 
 from typing import TYPE_CHECKING
 
-from dagperf.graph.model import Node, Payload, RequestGraph, Session, SessionKind, Shape, Tree
+from dagperf.graph.model import (
+    SENDS_NOTHING,
+    Gate,
+    Node,
+    Payload,
+    RequestGraph,
+    Session,
+    SessionKind,
+    Shape,
+    Tree,
+)
 
 if TYPE_CHECKING:
     from dagperf.graph.dag_compiler import MAX_TREE_REQUESTS, compile_dag_jsonl
@@ -21,6 +31,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "MAX_TREE_REQUESTS",
+    "SENDS_NOTHING",
+    "Gate",
     "Node",
     "Payload",
     "RequestGraph",

@@ -12,6 +12,14 @@ branches, and every branch becomes edges:
   last turn gates nothing (fire-and-forget).
 - pre-session SPAWN: the child depends on what the spawning session's turn 0 depends on, so it
   is released with it and sent first; it has no parent and gates nothing.
+- an orchestrator: its turns are gates that send nothing, each spawning a round and waiting its
+  think time; the gate after a round joins on its children, so rounds run one after another.
+
+A conversation's `context_mode` says what its turns continue: the previous turn and its live
+reply (the default), the previous turn without the reply (`deltas_with_responses`: the
+dataset's own assistant turns stand in), or nothing (`message_array_with_responses`: each turn
+as written). Tools belong to the conversation: a turn that declares none sends those of the
+latest turn of its history that did, a FORK child its parent's.
 
 Expansion duplicates SPAWN templates that several parents reference, so a file can describe far
 more requests than it has lines; `max_tree_requests` turns a runaway expansion into a clear error.
@@ -38,6 +46,7 @@ from dagperf.dataset.formats.dag_jsonl.lines import Conversation, Interned
 from dagperf.dataset.formats.dag_jsonl.reader import DagDataset, DagLines
 from dagperf.dataset.formats.dag_jsonl.records import BranchMode
 from dagperf.dataset.loader import DatasetError, Problem
+from dagperf.dataset.specs import ContextMode
 from dagperf.graph.model import (
     ConversationInput,
     Node,
@@ -46,9 +55,12 @@ from dagperf.graph.model import (
     SessionKind,
     Shape,
     Tree,
+    with_tools_of,
 )
 
 MAX_TREE_REQUESTS = 1_000_000
+# Turns sent as written: no history between them (only a SPAWN child or a root may be one).
+_AS_WRITTEN = (ContextMode.MESSAGE_ARRAY_WITH_RESPONSES,)
 
 
 def compile_dag_jsonl(
@@ -70,7 +82,8 @@ def compile_dag_jsonl(
 def _listed(lines: DagLines) -> Iterator[ConversationInput]:
     """Every conversation in file order, read in one pass without building a tree."""
     for sid, payloads in lines.payloads(Interned()):
-        yield ConversationInput(sid, payloads)
+        if payloads:  # an orchestrator sends nothing
+            yield ConversationInput(sid, payloads)
 
 
 class _Trees(Sequence[Tree]):
@@ -240,8 +253,12 @@ def _expand(root: str, templates: Callable[[str], Conversation]) -> Tree:
                 n,
             )
         )
-        drafts.append(_Draft(s, 0, list(start.trigger), start.history))
-        drafts.extend(_Draft(s, k, [first + k - 1], first + k - 1) for k in range(1, n))
+        accumulates = template.gate is None and template.mode not in _AS_WRITTEN
+        drafts.append(_Draft(s, 0, list(start.trigger), start.history if accumulates else None))
+        drafts.extend(
+            _Draft(s, k, [first + k - 1], first + k - 1 if accumulates else None)
+            for k in range(1, n)
+        )
         if start.join is not None:
             drafts[start.join].join_deps.append(first + n - 1)
         if start.pre_session:
@@ -267,6 +284,18 @@ def _expand(root: str, templates: Callable[[str], Conversation]) -> Tree:
                     )
                 )
 
+    return _tree(sessions, drafts, templates, sent_first)
+
+
+def _tree(
+    sessions: list[Session],
+    drafts: list[_Draft],
+    templates: Callable[[str], Conversation],
+    sent_first: set[int],
+) -> Tree:
+    """The laid-out sessions and drafts as a tree: each node's dependents, in send order (a
+    pre-session spawn's turn 0 before its siblings), and what each sends."""
+
     def send_order(released: list[int]) -> tuple[int, ...]:
         if sent_first and len(released) > 1:
             released.sort(key=lambda i: i not in sent_first)  # stable: otherwise by index
@@ -276,19 +305,22 @@ def _expand(root: str, templates: Callable[[str], Conversation]) -> Tree:
     for i, draft in enumerate(drafts):
         for dep in (*draft.deps, *draft.join_deps):
             dependents[dep].append(i)
-    nodes = []
+    nodes: list[Node] = []
     for i, d in enumerate(drafts):
         template = templates(sessions[d.session].conversation_id)
+        history = None if d.history is None else nodes[d.history].payload
         nodes.append(
             Node(
                 d.session,
                 d.turn,
-                template.payloads[d.turn],
+                with_tools_of(template.payloads[d.turn], history),
                 template.delays[d.turn],
                 tuple(d.deps),
                 tuple(d.join_deps),
                 d.history,
                 send_order(dependents[i]),
+                template.mode is not ContextMode.DELTAS_WITH_RESPONSES,
+                template.gate,
             )
         )
     entry = send_order([i for i, d in enumerate(drafts) if not d.deps and not d.join_deps])

@@ -14,7 +14,10 @@ the compiler has already turned each of them into edges:
   appended to (the previous turn, or the FORK parent's turn); None starts a fresh history;
   `keep_reply` False leaves the reply out (the dataset carries its own assistant turns);
 - `Session.route`: the session whose routing key this one uses. A FORK child takes its parent's,
-  so a whole FORK lineage lands on one worker; roots and SPAWN children route by their own.
+  so a whole FORK lineage lands on one worker; roots and SPAWN children route by their own;
+- `gate`: set on a node that sends nothing (an orchestrator's spine, AIPerf's request-free
+  turns): it waits for its dependencies and its delay like any node, then ends at once, so
+  rounds of children can start together and wait for each other without a request between.
 
 Indices are local to a tree, so the scheduler instantiates a tree for each run of its root by
 copying one counter per node. A SPAWN target referenced by two parents appears as two sessions:
@@ -34,9 +37,28 @@ from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple
 
-from dagperf.dataset.specs import Payload
+from dagperf.dataset.specs import SENDS_NOTHING, Gate, Payload
 
-__all__ = ["Node", "Payload", "RequestGraph", "Session", "SessionKind", "Shape", "Tree"]
+__all__ = [
+    "SENDS_NOTHING",
+    "Gate",
+    "Node",
+    "Payload",
+    "RequestGraph",
+    "Session",
+    "SessionKind",
+    "Shape",
+    "Tree",
+]
+
+
+def with_tools_of(payload: Payload, history: Payload | None) -> Payload:
+    """Tools belong to the conversation: a turn that declares none sends those its history
+    parent sent (the latest its history declared; a FORK child's, its parent's), as AIPerf's
+    endpoints walk back to the latest turn that declared them."""
+    if payload.tools is not None or history is None or history.tools is None:
+        return payload
+    return payload._replace(tools=history.tools)
 
 
 class SessionKind(StrEnum):
@@ -65,7 +87,8 @@ class Session(NamedTuple):
 
 
 class Node(NamedTuple):
-    """One request: who it belongs to, what it sends, and what it waits for."""
+    """One request (or, with `gate`, a point the tree passes without one): who it belongs to,
+    what it sends, and what it waits for."""
 
     session: int
     turn: int
@@ -76,6 +99,15 @@ class Node(NamedTuple):
     history: int | None
     dependents: tuple[int, ...]  # inverse of both kinds; nodes released together in send order
     keep_reply: bool = True  # False: the live reply is measured, not kept in the history
+    gate: Gate | None = None  # set: nothing is sent; the node ends once its delay is over
+
+
+class Waits(NamedTuple):
+    """What a request waited for (`Tree.waits_for`)."""
+
+    deps: tuple[int, ...]
+    join_deps: tuple[int, ...]
+    gate_delay_s: float  # think times of the gates between, at their median
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +122,36 @@ class Tree:
     @property
     def root(self) -> Session:
         return self.sessions[0]
+
+    @property
+    def requests(self) -> int:
+        """The requests one run of it sends: its nodes but its gates."""
+        return sum(node.gate is None for node in self.nodes)
+
+    def waits_for(self, i: int) -> Waits:
+        """The requests node i waits for, seen through the gates between (a gate stands for
+        the requests it joined on, or, joining none, for what it waited for itself), and the
+        delays of those gates."""
+        node = self.nodes[i]
+        deps, joins = node.deps, node.join_deps
+        if not any(self.nodes[d].gate for d in (*deps, *joins)):
+            return Waits(deps, joins, 0.0)
+        out_deps: list[int] = []
+        out_joins: list[int] = []
+        delay = 0.0
+        stack = [(d, False) for d in deps] + [(d, True) for d in joins]
+        while stack:
+            d, joined = stack.pop()
+            gate = self.nodes[d]
+            if gate.gate is None:
+                (out_joins if joined else out_deps).append(d)
+                continue
+            delay += gate.delay_s
+            if gate.join_deps:
+                out_joins.extend(gate.join_deps)
+            else:
+                stack.extend((g, joined) for g in gate.deps)
+        return Waits(tuple(sorted(out_deps)), tuple(sorted(out_joins)), delay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +170,12 @@ class Shape:
         """The shape of trees already built."""
         sessions = [s for tree in trees for s in tree.sessions]
         return cls(
-            [len(tree.nodes) for tree in trees],
+            [tree.requests for tree in trees],
             len({s.conversation_id for s in sessions}),
             max((s.depth for s in sessions), default=0),
             sum(s.kind is SessionKind.FORK for s in sessions),
             sum(s.kind is SessionKind.SPAWN for s in sessions),
-            frozenset(node.payload.model for tree in trees for node in tree.nodes),
+            frozenset(n.payload.model for tree in trees for n in tree.nodes if n.gate is None),
         )
 
 
@@ -154,7 +216,8 @@ class RequestGraph:
                 if session.conversation_id not in seen:
                     seen.add(session.conversation_id)
                     nodes = tree.nodes[session.first_node : session.last_node + 1]
-                    yield ConversationInput(session.conversation_id, [n.payload for n in nodes])
+                    if sent := [n.payload for n in nodes if n.gate is None]:
+                        yield ConversationInput(session.conversation_id, sent)
 
     @cached_property
     def shape(self) -> Shape:

@@ -26,7 +26,7 @@ from dagperf.dataset.specs import (
     SessionSpec,
     parents_first,
 )
-from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Tree
+from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Tree, with_tools_of
 from dagperf.runtime.gcpause import gc_paused
 
 __all__ = [
@@ -85,20 +85,24 @@ def _tree(spec: SessionSpec, loader_mode: ContextMode | None) -> Tree:
             )
         for p in node.parents:
             dependents[p].append(i)
-    nodes = tuple(
-        Node(
-            session=0,
-            turn=i,
-            payload=node.payload,
-            delay_s=node.wait_s,
-            deps=node.parents,
-            join_deps=(),
-            history=node.history if with_history else None,
-            dependents=tuple(dependents[i]),
-            keep_reply=keep_reply,
+    nodes: list[Node] = []
+    for i, node in enumerate(spec.nodes):
+        history = node.history if with_history else None
+        nodes.append(
+            Node(
+                session=0,
+                turn=i,
+                payload=with_tools_of(
+                    node.payload, None if history is None else nodes[history].payload
+                ),
+                delay_s=node.wait_s,
+                deps=node.parents,
+                join_deps=(),
+                history=history,
+                dependents=tuple(dependents[i]),
+                keep_reply=keep_reply,
+            )
         )
-        for i, node in enumerate(spec.nodes)
-    )
     session = Session(spec.session_id, SessionKind.ROOT, None, None, 0, 0, 0, len(nodes))
     entry = tuple(i for i, node in enumerate(spec.nodes) if not node.parents)
-    return Tree((session,), nodes, entry, spec.start_s)
+    return Tree((session,), tuple(nodes), entry, spec.start_s)

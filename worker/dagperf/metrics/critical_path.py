@@ -63,12 +63,14 @@ def critical_path(tree: Tree, times: dict[int, Timing], start_ns: int) -> Critic
         return None
     nodes = tree.nodes
     chain = [max(times, key=lambda i: times[i].end_ns)]
+    waits = {chain[0]: tree.waits_for(chain[0])}  # gates (an orchestrator's) seen through
     while len(times) > 1:  # (one request: no dependency of it has times)
-        node = nodes[chain[-1]]
-        ended = [d for d in (*node.deps, *node.join_deps) if d in times]
+        wait_for = waits[chain[-1]]
+        ended = [d for d in (*wait_for.deps, *wait_for.join_deps) if d in times]
         if not ended:
             break
         chain.append(max(ended, key=lambda d: times[d].end_ns))
+        waits[chain[-1]] = tree.waits_for(chain[-1])
     chain.reverse()
     server = delay = dispatch = join_wait = 0
     previous_end = start_ns
@@ -76,11 +78,11 @@ def critical_path(tree: Tree, times: dict[int, Timing], start_ns: int) -> Critic
         span = times[i]
         server += max(0, span.end_ns - span.start_ns)
         wait = max(0, span.start_ns - previous_end)
-        authored = min(wait, int(nodes[i].delay_s * 1e9))
+        authored = min(wait, int((nodes[i].delay_s + waits[i].gate_delay_s) * 1e9))
         delay += authored
         dispatch += wait - authored
-        if position and chain[position - 1] in nodes[i].join_deps:
-            own = [times[d].end_ns for d in nodes[i].deps if d in times]
+        if position and chain[position - 1] in waits[i].join_deps:
+            own = [times[d].end_ns for d in waits[i].deps if d in times]
             if own:
                 join_wait += max(0, times[chain[position - 1]].end_ns - max(own))
         previous_end = span.end_ns

@@ -37,7 +37,7 @@ class Outbox:
     def __init__(self, endpoint: EndpointConfig):
         self._endpoint = endpoint
         self._api = APIS[endpoint.endpoint_type]
-        self._params: dict[int, dict[str, Any]] = {}
+        self._params: dict[tuple[Any, ...], tuple[Any, Any, dict[str, Any]]] = {}
         self._issued: dict[int, int] = {}
 
     def collect(self, dispatcher: Dispatcher, now_ns: int, present: Container[str]) -> Mail:
@@ -89,16 +89,26 @@ class Outbox:
         return self._issued.pop(credit, 0)
 
     def params(self, payload: Payload) -> dict[str, Any]:
-        """The request parameters for a payload, built once while it is in use: the graph
-        holds every payload for the run, so an id names one payload; the cache is emptied when
-        it grows past `PARAMS_KEPT`, so a large dataset's run does not end up holding a set of
-        parameters per turn of the file."""
-        params = self._params.get(id(payload))
-        if params is None:
+        """The request parameters for a payload, built once for each combination of the fields
+        they come from. The model, cap and flag are compared by value, `tools` and `extra` by
+        identity, and the entry holds those two objects, so an id cannot name another object
+        while it is kept (trees built when read are let go, and a new payload may reuse a freed
+        id). The cache is emptied when it grows past `PARAMS_KEPT`, so a large dataset's run
+        does not end up holding a set of parameters per turn of the file."""
+        key = (
+            payload.model,
+            payload.max_tokens,
+            id(payload.tools),
+            id(payload.extra),
+            payload.verbatim,
+        )
+        kept = self._params.get(key)
+        if kept is None:
             if len(self._params) >= PARAMS_KEPT:
                 self._params.clear()
-            params = self._params[id(payload)] = self._api.params(payload, self._endpoint)
-        return params
+            params = self._api.params(payload, self._endpoint)
+            kept = self._params[key] = (payload.tools, payload.extra, params)
+        return kept[2]
 
     def _credit(self, flight: Flight) -> protocol.Credit:
         """The credit for a flight, carrying its armed flights flat (see `protocol.Credit`)."""

@@ -39,9 +39,10 @@ from dagperf.dataset.formats.dag_jsonl.lines import (
     system_positions,
 )
 from dagperf.dataset.formats.dag_jsonl.records import Checked, ForkRecord, conversation_branches
-from dagperf.dataset.formats.dag_jsonl.rules import conversation_problems, file_problems
+from dagperf.dataset.formats.dag_jsonl.rules import Noted, conversation_problems, file_problems
 from dagperf.dataset.limits import line_problem, suspect_digits
 from dagperf.dataset.loader import MAX_PROBLEMS, STOPPED_READING, DatasetError, Problem, capped
+from dagperf.dataset.specs import ContextMode
 
 BATCH_BYTES = 1 << 20
 _BOM = b"\xef\xbb\xbf"
@@ -54,6 +55,10 @@ _forks = operator.attrgetter("forks")
 _spawns = operator.attrgetter("spawns")
 _extra = operator.attrgetter("extra")
 _pre_session = operator.attrgetter("pre_session_spawns")
+_conversation_level = operator.attrgetter("conversation_level")
+# Keys only a line's conversation-level fields use (turn-level spawns are found apart): a block
+# whose bytes hold none has no line that sets them (unicode escapes are refused first).
+_CONVERSATION_KEYS = (b'"context_mode"', b'"orchestrator"', b'"rounds"', b'"think_time_')
 _STR = {str}
 _STOPPED_CHECKING = (
     f"too many problems: stopped checking after {MAX_PROBLEMS}; fix these and validate again"
@@ -115,9 +120,8 @@ class FilePass:
         self.line_numbers = array("q")
         self.turns = array("q")
         self.edges = EdgeList()
-        self.opening_system: dict[str, tuple[int, ...]] = {}
+        self.noted = Noted()  # what the whole-file rules need of some sessions
         self.models: set[str | None] = set()
-        self.unparsed: set[str] = set()  # sessions whose line failed
 
     def report(self, line: int | None, message: str) -> None:
         self.problems.append(Problem(self.source, line, message))
@@ -141,6 +145,8 @@ class FilePass:
         if len(records) != len(starts):
             return False  # blank lines: their numbers would shift
         sorted_ = _Sorted(records, data)
+        if not sorted_.turned:
+            return False  # an orchestrator (it has no turns): line by line
         if any(sets_messages(records[i]) for i in sorted_.examined):
             return False  # the models word that rule
         if not self._file_all(list(map(_session_id, records))):
@@ -203,7 +209,7 @@ class FilePass:
     def _refused(self, lineno: int, raw: bytes, problems: list[str]) -> None:
         sid = session_id_of(raw)
         if sid is not None:
-            self.unparsed.add(sid)
+            self.noted.unparsed.add(sid)
         for message in problems:
             self.report(lineno, message + (f" (session '{sid}')" if sid else ""))
 
@@ -225,8 +231,10 @@ class FilePass:
         system message."""
         sid = record.session_id
         positions = system_positions(record) if system else None
-        if positions and positions[0]:
-            self.opening_system[sid] = positions[0]
+        if record.context_mode is ContextMode.MESSAGE_ARRAY_WITH_RESPONSES:
+            self.noted.isolated.add(sid)
+        elif positions and positions[0]:
+            self.noted.opening_system[sid] = positions[0]
         if branches := conversation_branches(record):
             self.edges.add(number, branches)
         for message in conversation_problems(record, positions):
@@ -243,9 +251,7 @@ class FilePass:
         # references to a failed line's session are not reported as undeclared, since the
         # line has its own error.
         problems = self.problems
-        for lineno, message in file_problems(
-            edges, self.ids, sids, self.opening_system, self.line_numbers, self.unparsed
-        ):
+        for lineno, message in file_problems(edges, self.ids, sids, self.line_numbers, self.noted):
             problems.append(Problem(self.source, lineno, message))
             if len(problems) > MAX_PROBLEMS:
                 break
@@ -283,9 +289,8 @@ class FilePass:
             self.turns,
             self.store.spans(),
             self.edges,
-            self.opening_system,
+            self.noted,
             self.models,
-            self.unparsed,
         )
 
     def file_ahead(self, packed: bytes) -> tuple[list[str], bool]:
@@ -327,9 +332,8 @@ class FilePass:
                 elif sid:
                     self.ids[sid] = number
         self.store.extend(part.spans)
-        self.opening_system.update(part.opening_system)
+        self.noted.update(part.noted)
         self.models |= part.models
-        self.unparsed |= part.unparsed
 
     def _file_apart(self, sids: list[str], offset: int) -> bool:
         """The sessions of another part filed from `offset`, unless one is in both parts or is
@@ -353,9 +357,8 @@ class Part(NamedTuple):
     turns: array[int]
     spans: Spans
     edges: EdgeList
-    opening_system: dict[str, tuple[int, ...]]
+    noted: Noted
     models: set[str | None]
-    unparsed: set[str]
 
 
 class _Sorted:
@@ -369,6 +372,9 @@ class _Sorted:
     def __init__(self, records: list[Checked], data: bytes):
         count = len(records)
         turns = list(map(_turns, records))
+        self.turned = all(turns)  # else an orchestrator is among them: nothing more is read
+        if not self.turned:
+            return
         if sum(map(len, turns)) == count:  # one turn each (a record has at least one)
             self.turn_counts = np.ones(count, np.int64)
         else:
@@ -383,7 +389,9 @@ class _Sorted:
             return np.fromiter(map(bool, map(field, items)), bool, count)
 
         examined = (self.turn_counts > 1) | flags(_pre_session, records)
-        examined |= flags(_spawns, first) | flags(_extra, first)
+        examined |= flags(_spawns, first) | flags(_extra, first) | flags(_spawns, records)
+        if any(key in data for key in _CONVERSATION_KEYS):
+            examined |= flags(_conversation_level, records)
         if self.system:
             examined[:] = True
         forks: list[Any] = list(map(_forks, first))

@@ -22,11 +22,12 @@ from dagperf.dataset.formats.dag_jsonl.records import (
     Checked,
     Sendable,
     conversation_branches,
+    spine,
 )
 from dagperf.dataset.formats.dag_jsonl.schema import DagConversation
 from dagperf.dataset.limits import line_problem, too_deep
 from dagperf.dataset.loader import describe
-from dagperf.dataset.specs import Payload
+from dagperf.dataset.specs import SENDS_NOTHING, ContextMode, Gate, Payload
 
 _check = msgspec.json.Decoder(Checked)
 _send = msgspec.json.Decoder(Sendable)
@@ -42,6 +43,11 @@ class Conversation(NamedTuple):
     payloads: tuple[Payload, ...]
     delays: tuple[float, ...]  # seconds, per turn
     branches: tuple[Branch, ...]
+    mode: ContextMode | None = None  # its own context mode; None: the format's
+    gate: Gate | None = None  # an orchestrator: each turn is a gate of this kind
+
+
+NO_REQUEST = Payload(b"[]")  # an orchestrator's turns send nothing
 
 
 def check_line(raw: bytes) -> Checked | None:
@@ -83,14 +89,36 @@ def sendable(raw: bytes) -> Sendable:
 
 
 def conversation(record: Sendable, intern: Interned) -> Conversation:
+    if record.orchestrator:
+        return _orchestrator(record)
     payloads, delays = _turns(record, intern)
     branched = record.pre_session_spawns or any(t.forks or t.spawns for t in record.turns)
     branches = tuple(conversation_branches(record)) if branched else ()
-    return Conversation(tuple(payloads), _shared(tuple(delays)), branches)
+    return Conversation(tuple(payloads), _shared(tuple(delays)), branches, record.context_mode)
+
+
+def _orchestrator(record: Sendable) -> Conversation:
+    """A spine of gates, each waiting its round's think time (a drawn one's median)."""
+    gates = spine(record)
+    gate = SENDS_NOTHING
+    if record.think_time_sigma is not None:
+        low, high = record.think_time_min_ms, record.think_time_max_ms
+        gate = Gate(
+            record.think_time_sigma,
+            None if low is None else low / 1000.0,
+            None if high is None else high / 1000.0,
+        )
+    return Conversation(
+        (NO_REQUEST,) * len(gates),
+        tuple(g.think_ms / 1000.0 for g in gates),
+        tuple(conversation_branches(record)),
+        record.context_mode,
+        gate,
+    )
 
 
 def payloads(record: Sendable, intern: Interned) -> tuple[Payload, ...]:
-    """What each turn sends, before any history."""
+    """What each turn sends, before any history (an orchestrator's: nothing)."""
     return tuple(_turns(record, intern)[0])
 
 

@@ -17,9 +17,12 @@ from typing import Annotated, Any, Generic, NamedTuple, TypeVar
 from msgspec import Meta, Raw, Struct
 
 from dagperf.dataset.limits import MAX_TOKENS, MAX_WAIT_S
+from dagperf.dataset.specs import ContextMode
 
 Id = Annotated[str, Meta(min_length=1)]
 Text = Annotated[str, Meta(min_length=1)]
+Ms = Annotated[float, Meta(ge=0, le=MAX_WAIT_S * 1000)]
+MAX_ROUNDS = 100_000  # an orchestrator's rounds: each is a node of every run of its tree
 M = TypeVar("M")
 
 
@@ -33,6 +36,11 @@ class SpawnRecord(Struct, forbid_unknown_fields=True, frozen=True, gc=False):
     join_at: int | None = None
 
 
+class RoundRecord(Struct, forbid_unknown_fields=True, frozen=True, gc=False):
+    spawns: Annotated[list[Id], Meta(min_length=1)]
+    think_time_ms: Ms | None = None
+
+
 class TurnRecord(Struct, Generic[M], forbid_unknown_fields=True, frozen=True, gc=False):
     messages: M
     model: Text | None = None
@@ -41,13 +49,40 @@ class TurnRecord(Struct, Generic[M], forbid_unknown_fields=True, frozen=True, gc
     extra: dict[str, Any] | None = None
     forks: list[Id | ForkRecord] = []
     spawns: list[Id | SpawnRecord] = []
-    delay: Annotated[float, Meta(ge=0, le=MAX_WAIT_S * 1000)] = 0.0
+    delay: Ms = 0.0
 
 
 class ConversationRecord(Struct, Generic[M], forbid_unknown_fields=True, frozen=True, gc=False):
     session_id: Id
-    turns: Annotated[list[TurnRecord[M]], Meta(min_length=1)]
+    turns: list[TurnRecord[M]] = []  # empty only on an orchestrator (`rules`)
     pre_session_spawns: list[Id] = []
+    context_mode: ContextMode | None = None
+    orchestrator: bool = False
+    spawns: list[Id] = []
+    rounds: (
+        Annotated[int, Meta(ge=1, le=MAX_ROUNDS)]
+        | Annotated[list[RoundRecord], Meta(min_length=1, max_length=MAX_ROUNDS)]
+        | None
+    ) = None
+    think_time_ms: Ms | None = None
+    think_time_sigma: Annotated[float, Meta(gt=0, le=10)] | None = None
+    think_time_min_ms: Ms | None = None
+    think_time_max_ms: Ms | None = None
+
+    @property
+    def conversation_level(self) -> bool:
+        """Whether it sets a field of the conversation beyond its id, turns and pre-session
+        spawns (an orchestrator's, or a context mode)."""
+        return (
+            self.orchestrator
+            or bool(self.spawns)
+            or self.context_mode is not None
+            or self.rounds is not None
+            or self.think_time_ms is not None
+            or self.think_time_sigma is not None
+            or self.think_time_min_ms is not None
+            or self.think_time_max_ms is not None
+        )
 
 
 class Role(Struct, frozen=True, gc=False):
@@ -83,10 +118,44 @@ class Branch(NamedTuple):
     background: bool = False
 
 
+class Round(NamedTuple):
+    """One gate of an orchestrator's spine: the children it starts, and the think time (ms)
+    it waits first."""
+
+    children: tuple[str, ...]
+    think_ms: float
+
+
+def spine(conv: ConversationRecord[Any]) -> list[Round]:
+    """An orchestrator's gates, in order. With `rounds`, one per round, each of which the next
+    waits for, then a last gate that waits for the last round; without, one gate that starts
+    the children and waits for nothing."""
+    if conv.rounds is None:
+        return [Round(tuple(conv.spawns), 0.0)]
+    default = conv.think_time_ms or 0.0
+    if isinstance(conv.rounds, int):
+        rounds = [Round(tuple(conv.spawns), default)] * conv.rounds
+    else:
+        rounds = [
+            Round(tuple(r.spawns), default if r.think_time_ms is None else r.think_time_ms)
+            for r in conv.rounds
+        ]
+    return [*rounds, Round((), 0.0)]
+
+
 def conversation_branches(conv: ConversationRecord[Any]) -> list[Branch]:
-    """Every branch a conversation declares, pre-session spawns first, then turn by turn."""
+    """Every branch a conversation declares, pre-session spawns first, then turn by turn (an
+    orchestrator's gate by gate)."""
     sid = conv.session_id
     turns = conv.turns
+    if conv.orchestrator:
+        gates = spine(conv)
+        last = len(gates) - 1
+        return [
+            Branch(f"{sid}:{k}", BranchMode.SPAWN, g.children, k, k + 1 if k < last else None)
+            for k, g in enumerate(gates)
+            if g.children
+        ]
     if len(turns) == 1 and not conv.pre_session_spawns and not turns[0].spawns:
         forks = turns[0].forks  # the common branching line: one turn of bare forks
         bare = tuple(f for f in forks if type(f) is str)

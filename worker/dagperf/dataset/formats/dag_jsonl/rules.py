@@ -12,13 +12,16 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from dagperf.dataset.formats.dag_jsonl.edges import NO_TURN, PRE_SESSION, Edges
+from dagperf.dataset.formats.dag_jsonl.orchestrators import spine_problems
 from dagperf.dataset.formats.dag_jsonl.records import ConversationRecord, TurnRecord
+from dagperf.dataset.specs import REFUSED_CONTEXT_MODE, ContextMode
 
 _SYSTEM_HINT = (
     "chat templates ignore a system message after position 0, and history is appended, so put "
@@ -33,7 +36,12 @@ def conversation_problems(
     """Problems visible within one conversation line; `system` holds, per turn, the positions
     of its system messages (None: it has none)."""
     turns = conv.turns
-    if len(turns) == 1 and not turns[0].spawns and not conv.pre_session_spawns:
+    if (
+        len(turns) == 1
+        and not turns[0].spawns
+        and not conv.pre_session_spawns
+        and not conv.conversation_level
+    ):
         # One turn that forks, the common branching line: only a child listed twice is wrong.
         children = [f if isinstance(f, str) else f.child for f in turns[0].forks]
         if len(set(children)) == len(children):
@@ -44,12 +52,32 @@ def conversation_problems(
 def _problems(conv: ConversationRecord[Any], system: tuple[tuple[int, ...], ...]) -> Iterator[str]:
     sid = conv.session_id
     last = len(conv.turns) - 1
+    if conv.conversation_level or not conv.turns:
+        yield from spine_problems(conv)
+    if conv.context_mode is ContextMode.MESSAGE_ARRAY_WITHOUT_RESPONSES:
+        yield f"session '{sid}' context_mode: {REFUSED_CONTEXT_MODE}"
+    isolated = conv.context_mode is ContextMode.MESSAGE_ARRAY_WITH_RESPONSES
     for child in _repeated(conv.pre_session_spawns):
         yield f"session '{sid}' pre_session_spawns: child '{child}' is listed twice"
     for k, turn in enumerate(conv.turns):
         if turn.forks or turn.spawns:
             yield from _branch_entry_problems(f"session '{sid}' turn {k}", k, last, turn)
-        if k > 0 and system[k]:
+        if isolated and turn.forks:
+            yield (
+                f"session '{sid}' turn {k} forks, but context_mode "
+                "'message_array_with_responses' sends each turn as written and keeps no "
+                "history for a FORK child to continue; use spawns, or drop the context_mode"
+            )
+        if isolated:
+            for index in system[k]:
+                if index:
+                    yield (
+                        f"session '{sid}' turn {k}: a 'system' message must be the first of its "
+                        f"turn's messages (message at index {index}); context_mode "
+                        "'message_array_with_responses' sends each turn as written, and chat "
+                        "templates ignore a system message after position 0"
+                    )
+        elif k > 0 and system[k]:
             yield from _system_messages(
                 system[k],
                 f"session '{sid}' turn {k}: non-root turns may not contain a 'system' message",
@@ -94,24 +122,33 @@ def _branch_entry_problems(where: str, k: int, last: int, turn: TurnRecord[Any])
         )
 
 
+@dataclass
+class Noted:
+    """What the whole-file rules need of some sessions, noted as their lines are read."""
+
+    # The positions of the system messages in turn 0, where there are any.
+    opening_system: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # Sessions whose turns are sent as written (context_mode message_array_with_responses).
+    isolated: set[str] = field(default_factory=set)
+    # Sessions whose line failed its schema: references to them are not reported as
+    # undeclared, since that line already has its own error.
+    unparsed: set[str] = field(default_factory=set)
+
+    def update(self, other: Noted) -> None:
+        self.opening_system.update(other.opening_system)
+        self.isolated |= other.isolated
+        self.unparsed |= other.unparsed
+
+
 def file_problems(
-    edges: Edges,
-    ids: Mapping[str, int],
-    sids: Sequence[str],
-    opening_system: Mapping[str, tuple[int, ...]],
-    lines: Sequence[int],
-    unparsed: set[str],
+    edges: Edges, ids: Mapping[str, int], sids: Sequence[str], lines: Sequence[int], noted: Noted
 ) -> Iterator[tuple[int, str]]:
     """Problems that need the whole file, as (line, message): `ids` numbers each conversation,
-    `sids` and `lines` name each by its number, `opening_system` holds the positions of
-    system messages in turn 0 where there are any.
-
-    `unparsed` names sessions whose line failed its schema: references to them are not reported
-    as undeclared, since that line already has its own error.
-    """
+    `sids` and `lines` name each by its number."""
     parent, turn = edges.parent, edges.turn
+    opening_system, isolated = noted.opening_system, noted.isolated
     for i, child in edges.undeclared.items():
-        if child not in unparsed:
+        if child not in noted.unparsed:
             p = int(parent[i])
             yield lines[p], _undeclared(sids[p], _turn(turn[i]), child, ids)
     by_child, first = edges.first_fork_parents()
@@ -125,6 +162,16 @@ def file_problems(
         p = int(parent[i])
         yield lines[p], _pre_session_fork_target(sids[p], sids[int(edges.child[i])])
     yield from _forked_system(edges, ids, sids, opening_system, lines, first)
+    numbers = np.fromiter((ids[sid] for sid in isolated), np.int64, len(isolated))
+    for n in numbers[np.isin(numbers, fork_children)].tolist():
+        yield (
+            lines[n],
+            (
+                f"session '{sids[n]}' is a FORK target, but its context_mode "
+                "'message_array_with_responses' sends its turns as written, dropping the history "
+                "a FORK child continues; only a SPAWN child may start that way"
+            ),
+        )
     starters = edges.starters(len(sids))
     # Only conversations that start others can lie on a cycle: the rest stay out of the search.
     children_of: dict[str, list[str]] = {}

@@ -5,8 +5,9 @@ A turn carries the fields that go on the wire (`messages`, `model`, `max_tokens`
 consumes (`forks`, `spawns`, `delay`), which never reach the server. Unknown keys are refused
 everywhere so a typo such as `max_token` fails the load instead of silently changing the run.
 
-These models check one line in isolation. Rules that need the whole file (targets exist, one FORK
-parent, no cycles, where a system message may sit) live in `rules.py`.
+These models check one line's fields in isolation. Rules between fields (what an orchestrator
+needs, `orchestrators.py`) and rules that need the whole file (targets exist, one FORK parent, no
+cycles, where a system message may sit) live in `rules.py`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from pydantic import (
 )
 
 from dagperf.dataset.content import RequestContent
+from dagperf.dataset.formats.dag_jsonl.records import MAX_ROUNDS
 from dagperf.dataset.limits import WaitMs
-from dagperf.dataset.loader import BARE, OBJECT
+from dagperf.dataset.loader import BARE, COUNT, LIST, OBJECT
+from dagperf.dataset.specs import ContextMode
 
 SessionId = Annotated[str, Field(min_length=1, description="A conversation's session_id.")]
 
@@ -100,14 +103,84 @@ class DagTurn(RequestContent):
     )
 
 
+class DagRound(BaseModel):
+    """One round of an orchestrator's list of rounds: its own children, and its own wait."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    spawns: list[SessionId] = Field(
+        min_length=1, description="Conversations this round starts fresh, all at once."
+    )
+    think_time_ms: WaitMs | None = Field(
+        default=None,
+        description="Milliseconds to wait before this round, once the one before has ended "
+        "(default: the conversation's think_time_ms).",
+    )
+
+
+def _rounds_form(value: Any) -> str | None:
+    """Route `rounds` to its count or list form; anything else (a boolean too) is refused."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return COUNT
+    return LIST if isinstance(value, list) else None
+
+
+Rounds = Annotated[
+    Annotated[Annotated[StrictInt, Field(ge=1, le=MAX_ROUNDS)], Tag(COUNT)]
+    | Annotated[Annotated[list[DagRound], Field(min_length=1, max_length=MAX_ROUNDS)], Tag(LIST)],
+    Discriminator(
+        _rounds_form,
+        custom_error_type="rounds",
+        custom_error_message="must be a count (an integer of at least 1) or a list of "
+        'rounds, each {"spawns": [...], "think_time_ms": ...}',
+    ),
+]
+
+
 class DagConversation(BaseModel):
-    """One line of the file: a session with ordered turns."""
+    """One line of the file: a session with ordered turns, or an orchestrator's spine."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     session_id: SessionId = Field(description="Unique across the file.")
-    turns: list[DagTurn] = Field(min_length=1, description="Ordered turns, at least one.")
+    turns: list[DagTurn] = Field(
+        default_factory=list, description="Ordered turns, at least one unless an orchestrator."
+    )
     pre_session_spawns: list[SessionId] = Field(
         default_factory=list,
         description="Fire-and-forget SPAWN children sent before this conversation's turn 0.",
+    )
+    context_mode: ContextMode | None = Field(
+        default=None,
+        description="How this conversation's turns build their history (default "
+        "deltas_without_responses); message_array_with_responses sends each turn as written.",
+    )
+    orchestrator: StrictBool = Field(
+        default=False,
+        description="A conversation that sends no request and starts its spawns in rounds.",
+    )
+    spawns: list[SessionId] = Field(
+        default_factory=list,
+        description="An orchestrator's children, started together in each round (or once).",
+    )
+    rounds: Rounds | None = Field(
+        default=None,
+        description="An orchestrator's rounds: a count re-starting its spawns each round, or a "
+        "list, each round with its own spawns; each round waits for the one before to end.",
+    )
+    think_time_ms: WaitMs | None = Field(
+        default=None, description="Milliseconds an orchestrator waits before each round."
+    )
+    think_time_sigma: (
+        Annotated[float, Field(gt=0, le=10, strict=True, allow_inf_nan=False)] | None
+    ) = Field(
+        default=None,
+        description="Draw each round's think time from a lognormal with think_time_ms as its "
+        "median and this log-space deviation (reproducible under --random-seed).",
+    )
+    think_time_min_ms: WaitMs | None = Field(
+        default=None, description="Lower bound of a drawn think time."
+    )
+    think_time_max_ms: WaitMs | None = Field(
+        default=None, description="Upper bound of a drawn think time."
     )
