@@ -120,19 +120,26 @@ def multiset(bodies: Iterable[dict[str, Any]]) -> list[str]:
 
 
 async def aiperf(
-    data: Path, kind: str, *flags: str, sim: SimConfig = SIMULATOR, cached: bool = True
+    data: Path,
+    kind: str,
+    *flags: str,
+    sim: SimConfig = SIMULATOR,
+    cached: bool = True,
+    endpoint: str = "chat",
 ) -> Recording:
     """AIPerf's run of a file, replayed from the cache when nothing that decides it changed
     (unless not `cached`: a timing measurement runs it afresh)."""
     data = data.resolve()
-    key = _key(data, kind, flags, sim)
+    key = _key(data, kind, (*flags, endpoint), sim)
     kept = HOME / "recordings" / f"{key}.json"
     if cached and kept.exists():
         return _load(json.loads(kept.read_text()))
     _offline_tokenizer(HOME / "hf")
     # Its ZeroMQ sockets are files under TMPDIR, whose paths must fit 107 bytes.
     with tempfile.TemporaryDirectory(prefix="aiperf-") as work:
-        recording = await _aiperf_run(data, kind, flags, sim, Path(work))
+        recording = await _aiperf_run(
+            data, kind, (*flags, "--endpoint-type", endpoint), sim, Path(work)
+        )
     # AIPerf exits 0 when it could not start: a reference that sent nothing is no reference.
     assert recording.returncode == 0 and recording.sent, (
         f"AIPerf failed on {data}:\n{recording.log[-3000:]}"
@@ -149,7 +156,7 @@ async def _aiperf_run(
     out = work / "artifacts"
     command = [
         str(executable()), "profile", "--input-file", str(data), "--custom-dataset-type", kind,
-        "--model", "m", "--endpoint-type", "chat", "--tokenizer", TOKENIZER, "--ui-type", "none",
+        "--model", "m", "--tokenizer", TOKENIZER, "--ui-type", "none",
         "--output-artifact-dir", str(out), *flags,
     ]  # fmt: skip
     dead = "http://127.0.0.1:9"
@@ -250,3 +257,49 @@ def edges_held(dagperf_run: Recording, reference: Recording) -> list[str]:
             if theirs[after].received_ns < theirs[before].end_ns:
                 broken.append(f"{after[:80]} before {before[:80]} ended")
     return broken
+
+
+def prompt_of(body: dict[str, Any]) -> str:
+    """A request's own prompt: a completion's `prompt`, or chat's last user message."""
+    if "prompt" in body:
+        prompt = body["prompt"]
+        return prompt if isinstance(prompt, str) else canonical(prompt)
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    content = users[-1].get("content") if users else ""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+def shape(body: dict[str, Any]) -> dict[str, Any]:
+    """A body with synthesised text taken out: what must match where the two tools write
+    different words (the roles, which assistant messages are live replies, each user message's
+    length in words, and every other field as sent)."""
+    out = {key: value for key, value in body.items() if key not in ("messages", "prompt")}
+    if "prompt" in body:
+        out["prompt_words"] = len(prompt_of(body).split())
+    if isinstance(body.get("messages"), list):
+        out["roles"] = [m.get("role") for m in body["messages"]]
+        out["user_words"] = [
+            len(str(m.get("content", "")).split())
+            for m in body["messages"]
+            if m.get("role") == "user"
+        ]
+        out["live"] = [m.get("content") == LIVE_REPLY for m in body["messages"]]
+    return out
+
+
+def shared_blocks(run: Recording, block_words: int) -> dict[tuple[int, int], int]:
+    """For each pair of requests (in arrival order) whose prompts share a prefix, how many
+    whole blocks of `block_words` words they share."""
+    words = [prompt_of(body).split() for body in run.bodies()]
+    out = {}
+    for i in range(len(words)):
+        for j in range(i + 1, len(words)):
+            a, b = words[i], words[j]
+            n = 0
+            while n < min(len(a), len(b)) and a[n] == b[n]:
+                n += 1
+            if n // block_words:
+                out[(i, j)] = n // block_words
+    return out

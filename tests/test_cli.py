@@ -161,6 +161,18 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/traces/conversations.jsonl": ["--custom-dataset-type", "untimed_content_multi_turn"],
     "examples/traces/shared_prefix.jsonl": ["--custom-dataset-type", "shared_prefix"],
     "examples/traces/rag.jsonl": ["--custom-dataset-type", "rag"],
+    "examples/traces/bailian.jsonl": ["--custom-dataset-type", "bailian_trace"],
+    "examples/traces/baseten.parquet": ["--custom-dataset-type", "baseten_trace"],
+    "examples/traces/burst_gpt.csv": ["--custom-dataset-type", "burst_gpt_trace"],
+    "examples/traces/sagemaker_data_capture/my-endpoint/AllTraffic/2026/04/29/00/03-18-112-4a1d.jsonl": [  # noqa: E501
+        "--custom-dataset-type",
+        "sagemaker_data_capture",
+    ],
+    "examples/traces/sagemaker_data_capture/my-endpoint/AllTraffic/2026/04/29/00/03-20-004-9c2e.jsonl": [  # noqa: E501
+        "--custom-dataset-type",
+        "sagemaker_data_capture",
+    ],
+    "examples/aiperf/inputs.json": ["--custom-dataset-type", "inputs_json"],
     "examples/agentic/spine.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
     "examples/session_configs/linear.yaml": ["--session-config"],
     "examples/session_configs/branching.yaml": ["--session-config"],

@@ -59,7 +59,8 @@ def load_graph(
         read_directory = FORMATS[dataset_type].read_directory
         if read_directory is None:
             readers = [kind for kind, form in FORMATS.items() if form.read_directory]
-            reason = f"a directory; only {' and '.join(readers)} read one"
+            listed = ", ".join(readers[:-1]) + f" and {readers[-1]}"
+            reason = f"a directory; only {listed} read one"
             raise DatasetError([Problem(source or str(path), None, reason)])
         return _compiled(source or str(path), read_directory(Path(path), options or ReadOptions()))
     return load_file(path, compiler(dataset_type, options), source)

@@ -137,6 +137,42 @@ def _sharegpt(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
     return read_sharegpt(lines, source, count_tokens=options.count_tokens)
 
 
+def _bailian_trace(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.bailian_trace import read_bailian_trace
+
+    return read_bailian_trace(lines, source)
+
+
+def _baseten_trace(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.baseten_trace import read_baseten_trace
+
+    return read_baseten_trace(lines, source)  # a Parquet or Arrow IPC table, not lines
+
+
+def _burst_gpt_trace(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.burst_gpt_trace import read_burst_gpt_trace
+
+    return read_burst_gpt_trace(lines, source)
+
+
+def _sagemaker_data_capture(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.sagemaker_data_capture import read_sagemaker_data_capture
+
+    return read_sagemaker_data_capture(lines, source)
+
+
+def _sagemaker_data_capture_dir(directory: Path, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.sagemaker_data_capture import load_sagemaker_dir
+
+    return load_sagemaker_dir(directory)  # every *.jsonl below it: one trace
+
+
+def _inputs_json(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.inputs_json import read_inputs_json
+
+    return read_inputs_json(lines, source)
+
+
 FORMATS: dict[str, Format] = {
     "dag_jsonl": Format(_dag_jsonl),
     "session_graph": Format(_session_graph),
@@ -151,6 +187,13 @@ FORMATS: dict[str, Format] = {
     "rag": Format(_rag),
     "random_pool": Format(_random_pool, ("draws", "seed"), _random_pool_dir),
     "sharegpt": Format(_sharegpt, ("count_tokens",)),
+    "bailian_trace": Format(_bailian_trace),
+    "baseten_trace": Format(_baseten_trace),
+    "burst_gpt_trace": Format(_burst_gpt_trace),
+    "sagemaker_data_capture": Format(
+        _sagemaker_data_capture, read_directory=_sagemaker_data_capture_dir
+    ),
+    "inputs_json": Format(_inputs_json),
 }
 
 __all__ = ["FORMATS", "Format", "Lines", "ReadOptions"]
