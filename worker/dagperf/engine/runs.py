@@ -44,7 +44,7 @@ class SessionState(IntEnum):
 class TreeTemplate:
     """What every run of one tree starts from, computed once per tree."""
 
-    __slots__ = ("armable", "gated", "keep", "keeps_history", "sizes", "tree", "waiting")
+    __slots__ = ("armable", "keep", "keeps_history", "sizes", "tree", "waiting")
 
     def __init__(self, tree: Tree):
         self.tree = tree
@@ -57,7 +57,6 @@ class TreeTemplate:
         self.keeps_history = any(keep)  # a worker holds some of a run's context while it runs
         self.sizes = [s.turn_count for s in tree.sessions]
         self.armable = [_armable(tree, i) for i in range(len(tree.nodes))]
-        self.gated = any(node.gate is not None for node in tree.nodes)  # some send nothing
 
 
 class Templates:
@@ -287,7 +286,7 @@ class TreeRun:
         """Requests that ended without being sent (a dependency failed, or the run was
         cancelled)."""
         skipped = self.nodes.count(NodeState.SKIPPED)
-        if skipped and self.template.gated:
+        if skipped and self.tree.gates:
             nodes = self.tree.nodes
             skipped -= sum(
                 s == NodeState.SKIPPED and nodes[i].gate is not None

@@ -20,6 +20,9 @@ from dagperf.vocabulary.catalog import UNITS
 
 
 def _waited(tree: Tree, i: int) -> tuple[int, ...]:
+    if not tree.gates:  # (most trees: the node's own dependencies)
+        node = tree.nodes[i]
+        return (*node.deps, *node.join_deps)
     waits = tree.waits_for(i)
     return (*waits.deps, *waits.join_deps)
 

@@ -32,7 +32,7 @@ compiled before the first request); what the run must know of every tree up fron
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple
@@ -118,6 +118,11 @@ class Tree:
     nodes: tuple[Node, ...]
     entry: tuple[int, ...]  # nodes with no dependencies of either kind, in send order
     start_s: float | None = None  # when its root is due on a fixed schedule (trace timestamps)
+    gates: int = field(init=False)  # nodes that send nothing
+
+    def __post_init__(self) -> None:
+        gates = sum(node.gate is not None for node in self.nodes) if self.nodes else 0
+        object.__setattr__(self, "gates", gates)
 
     @property
     def root(self) -> Session:
@@ -126,7 +131,7 @@ class Tree:
     @property
     def requests(self) -> int:
         """The requests one run of it sends: its nodes but its gates."""
-        return sum(node.gate is None for node in self.nodes)
+        return len(self.nodes) - self.gates
 
     def waits_for(self, i: int) -> Waits:
         """The requests node i waits for, seen through the gates between (a gate stands for
@@ -134,7 +139,7 @@ class Tree:
         delays of those gates."""
         node = self.nodes[i]
         deps, joins = node.deps, node.join_deps
-        if not any(self.nodes[d].gate for d in (*deps, *joins)):
+        if not self.gates or not any(self.nodes[d].gate for d in (*deps, *joins)):
             return Waits(deps, joins, 0.0)
         out_deps: list[int] = []
         out_joins: list[int] = []
