@@ -150,6 +150,29 @@ async def aiperf(
     return recording
 
 
+async def aiperf_verdict(data: Path, kind: str, *flags: str) -> tuple[int, str]:
+    """AIPerf's exit code and output on a file it may refuse (kept as a run is)."""
+    data = data.resolve()
+    kept = HOME / "recordings" / f"verdict-{_key(data, kind, flags, SIMULATOR)}.json"
+    if kept.exists():
+        returncode, log = json.loads(kept.read_text())
+        return returncode, log
+    _offline_tokenizer(HOME / "hf")
+    with tempfile.TemporaryDirectory(prefix="aiperf-") as work:
+        run = await _aiperf_run(
+            data, kind, (*flags, "--endpoint-type", "chat"), SIMULATOR, Path(work)
+        )
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps([run.returncode, run.log]))
+    return run.returncode, run.log
+
+
+def tokenizer() -> Path:
+    """The tokenizer.json AIPerf counts with (a small one, trained here)."""
+    _offline_tokenizer(HOME / "hf")
+    return next((HOME / "hf" / "hub").glob("models--local--tiny-bpe/snapshots/*/tokenizer.json"))
+
+
 async def _aiperf_run(
     data: Path, kind: str, flags: Iterable[str], sim: SimConfig, work: Path
 ) -> Recording:
@@ -245,17 +268,17 @@ def _load(kept: dict[str, Any]) -> Recording:
 def edges_held(dagperf_run: Recording, reference: Recording) -> list[str]:
     """dagperf's exported dependencies (`depends_on`) that the reference did not keep: each
     request it sent before one dagperf made it wait for had ended. Requests are matched by
-    body and by how many identical ones came before."""
-    ours = dagperf_run.keyed()
+    conversation, turn and how many runs of the turn came before (`by_turn`)."""
+    ours = by_turn(dagperf_run)
     key_of = {s.request_id: key for key, s in ours.items()}
-    theirs = reference.keyed()
+    theirs = by_turn(reference)
     broken = []
     for record in dagperf_run.records:
         after = key_of[record["x_request_id"]]
         for dependency in record["depends_on"]:
             before = key_of[dependency]
             if theirs[after].received_ns < theirs[before].end_ns:
-                broken.append(f"{after[:80]} before {before[:80]} ended")
+                broken.append(f"{after} before {before} ended")
     return broken
 
 
@@ -302,4 +325,58 @@ def shared_blocks(run: Recording, block_words: int) -> dict[tuple[int, int], int
                 n += 1
             if n // block_words:
                 out[(i, j)] = n // block_words
+    return out
+
+
+def by_turn(run: Recording) -> dict[tuple[str, int, int], Sent]:
+    """Each request by its conversation, its turn, and how many runs of that turn came before
+    it (both tools' records name the conversation and turn of each request they sent)."""
+    named = {r["x_request_id"]: (r["conversation_id"], r["turn_index"]) for r in run.records}
+    seen: Counter[tuple[str, int]] = Counter()
+    out = {}
+    for sent in run.sent:
+        turn = named[sent.request_id]
+        out[(*turn, seen[turn])] = sent
+        seen[turn] += 1
+    return out
+
+
+class Counted:
+    """A request's messages in a tokenizer's tokens: each message's role and length, and the
+    prompt as one sequence (a marker per message, then its tokens), whose shared prefix with
+    another request's says how much of a server's cache they share."""
+
+    def __init__(self, tokenizer_json: Path):
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_json))
+
+    def messages(self, body: dict[str, Any]) -> list[tuple[str, int]]:
+        return [(m["role"], len(self._ids(m))) for m in body["messages"]]
+
+    def prompt(self, body: dict[str, Any]) -> list[object]:
+        out: list[object] = []
+        for message in body["messages"]:
+            out.append(f"<{message['role']}>")
+            out.extend(self._ids(message))
+        return out
+
+    def _ids(self, message: dict[str, Any]) -> list[int]:
+        return self._tokenizer.encode(message["content"], add_special_tokens=False).ids
+
+
+def shared_prefixes(
+    requests: dict[tuple[str, int, int], Sent], counted: Counted
+) -> dict[tuple[tuple[str, int, int], tuple[str, int, int]], int]:
+    """For each pair of requests, the tokens of prompt they share from the start."""
+    prompts = {key: counted.prompt(sent.body) for key, sent in requests.items()}
+    keys = sorted(prompts)
+    out = {}
+    for i, a in enumerate(keys):
+        for b in keys[i + 1 :]:
+            x, y = prompts[a], prompts[b]
+            n = 0
+            while n < min(len(x), len(y)) and x[n] == y[n]:
+                n += 1
+            out[(a, b)] = n
     return out

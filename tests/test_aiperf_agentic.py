@@ -30,6 +30,7 @@ SAME_AS_AIPERF = {  # file: the load both tools run it with
     CASES / "lognormal.dag.jsonl": (*ONE_ROOT, "--random-seed", "5"),
     CASES / "fire-and-forget.dag.jsonl": ("--concurrency", "1", "--num-conversations", "3"),
     CASES / "context-and-tools.dag.jsonl": ONE_ROOT,
+    CASES / "join-delay.dag.jsonl": ONE_ROOT,
 }
 
 

@@ -110,7 +110,7 @@ def test_raw_payload_rows_need_messages_with_roles_and_a_chat_endpoint(tmp_path)
     empty.mkdir()
     with pytest.raises(DatasetError, match=r"a directory without \*\.jsonl files"):
         load_graph(empty, "raw_payload")
-    with pytest.raises(DatasetError, match="a directory; only raw_payload, random_pool and "):
+    with pytest.raises(DatasetError, match="a directory; only raw_payload, random_pool, "):
         load_graph(INPUTS / "raw_payload_dir", "dag_jsonl")
     done = subprocess.run(
         [sys.executable, "-m", "dagperf", "profile", "--input-file",

@@ -174,6 +174,14 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     ],
     "examples/aiperf/inputs.json": ["--custom-dataset-type", "inputs_json"],
     "examples/agentic/spine.dag.jsonl": ["--custom-dataset-type", "dag_jsonl"],
+    "examples/agentic/coding-agent/coding-agent-00000.json": [
+        "--custom-dataset-type",
+        "weka_trace",
+    ],
+    "examples/agentic/coding-agent/coding-agent-00001.json": [
+        "--custom-dataset-type",
+        "weka_trace",
+    ],
     "examples/session_configs/linear.yaml": ["--session-config"],
     "examples/session_configs/branching.yaml": ["--session-config"],
     "examples/veeksha/synthetic.yaml": ["--session-config"],

@@ -34,17 +34,19 @@ def _compiled(source: str, dataset: TraceDataset | DagDataset) -> RequestGraph:
     """The graph of what a format read: the compiling lives here, above both the dataset layer
     and the graph's compilers, so a format's module never depends on the graph."""
     if isinstance(dataset, TraceDataset):
-        return _compile(source, dataset.specs, dataset.loader_mode, dataset.warmup)
+        return _compile(source, dataset.specs, dataset.loader_mode, dataset.warmup, dataset.known)
     from dagperf.graph import compile_dag_jsonl
 
     return compile_dag_jsonl(dataset)
 
 
-def _compile(source: str, specs: list[Any], loader_mode: Any, warmup: Any = ()) -> RequestGraph:
+def _compile(
+    source: str, specs: Any, loader_mode: Any, warmup: Any = (), known: Any = None
+) -> RequestGraph:
     from dagperf.graph.sessions import SpecError, compile_sessions
 
     try:
-        return compile_sessions(source, specs, loader_mode, warmup)
+        return compile_sessions(source, specs, loader_mode, warmup, known)
     except SpecError as e:  # the loaders check first; this is the last word, not a traceback
         raise DatasetError([Problem(source, None, str(e))]) from None
 

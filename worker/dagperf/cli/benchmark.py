@@ -62,6 +62,12 @@ def _dataset_flags(parser: argparse.ArgumentParser) -> None:
         help="its format (default: %(default)s)",
     )
     group.add_argument(
+        "--use-think-time-only",
+        action="store_true",
+        help="agent traces (weka_trace, tracelab): wait each recorded call's think_time before "
+        "it, not the idle gap between the calls (AIPerf's flag)",
+    )
+    group.add_argument(
         "--session-config",
         metavar="FILE",
         help="generate the sessions from this YAML/JSON config (graph shape, lengths, seed) "
@@ -331,17 +337,26 @@ def _read_options(
 ) -> ReadOptions:
     """What a run's flags tell the formats that read more than their file: random_pool draws
     as many requests as AIPerf sizes its pool (--num-conversations, else --request-count),
-    seeded by --random-seed; sharegpt counts tokens with --tokenizer."""
-    count_tokens = None
-    if "count_tokens" in FORMATS[args.custom_dataset_type].takes and args.tokenizer is not None:
+    seeded by --random-seed; sharegpt counts tokens with --tokenizer; agent traces build
+    prompts in its tokens."""
+    takes = FORMATS[args.custom_dataset_type].takes
+    count_tokens = tokenizer_json = None
+    if {"count_tokens", "tokenizer_json"} & set(takes) and args.tokenizer is not None:
         from dagperf.vocabulary.tokens import TokenCounter, TokenizerError, read_tokenizer
 
         try:
-            count_tokens = TokenCounter(read_tokenizer(args.tokenizer)).count_all
+            tokenizer_json = read_tokenizer(args.tokenizer)
         except TokenizerError as e:
             parser.error(f"--tokenizer: {e}")
+        count_tokens = TokenCounter(tokenizer_json).count_all
     draws = load.num_conversations or load.request_count
-    return ReadOptions(draws=draws, seed=load.random_seed, count_tokens=count_tokens)
+    return ReadOptions(
+        draws=draws,
+        seed=load.random_seed,
+        count_tokens=count_tokens,
+        tokenizer_json=tokenizer_json,
+        think_time_only=args.use_think_time_only,
+    )
 
 
 def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -352,7 +367,7 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         "endpoint": args.endpoint,
         "streaming": args.streaming,
         "api_key": args.api_key or os.environ.get("OPENAI_API_KEY") or None,
-        "extra_inputs": _extra_inputs(parser, args.extra_inputs),
+        "extra_inputs": _format_inputs(args) | _extra_inputs(parser, args.extra_inputs),
         "request_timeout_seconds": args.request_timeout_seconds,
         "session_affinity_headers": _affinity_headers(args.session_affinity_header),
         "backend_headers": args.backend_header,
@@ -371,6 +386,14 @@ def endpoint_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         flag = "--" + FLAG_OF_FIELD.get(field, field).replace("_", "-")
         parser.error(f"{flag}: {first['msg'].removeprefix('Value error, ')}")
     return fields
+
+
+def _format_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """The body fields the dataset's format asks for (an agent trace's ignore_eos), on the
+    APIs whose servers take them; --extra-inputs wins over them."""
+    if args.endpoint_type not in ("chat", "completions"):
+        return {}
+    return dict(FORMATS[args.custom_dataset_type].extra_inputs)
 
 
 def _affinity_headers(names: list[str] | None) -> list[str]:

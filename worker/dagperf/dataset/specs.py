@@ -6,7 +6,7 @@ trees; the types live here, with the loaders, so data flows one way: dataset -> 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -31,6 +31,9 @@ class Payload(NamedTuple):
     tools: list[dict[str, Any]] | None = None
     extra: dict[str, Any] | None = None
     verbatim: bool = False  # `extra` is the whole body but the messages: nothing is added
+    # Builds the messages when they are sent, in place of `messages_json`: a trace's synthetic
+    # prompts are too large to hold for every request of a run (`wire_messages`).
+    render: Callable[[], bytes] | None = None
 
     @classmethod
     def of(
@@ -48,7 +51,11 @@ class Payload(NamedTuple):
     @property
     def messages(self) -> Messages:
         """The messages as objects, parsed on each call."""
-        return decode_messages(self.messages_json)
+        return decode_messages(self.wire_messages())
+
+    def wire_messages(self) -> bytes:
+        """The messages' JSON array as sent."""
+        return self.messages_json if self.render is None else self.render()
 
 
 class Gate(NamedTuple):
@@ -107,6 +114,29 @@ class SessionSpec(NamedTuple):
     nodes: tuple[GraphNode, ...]  # parents before children
     context_mode: ContextMode | None = None  # this session's override
     start_s: float | None = None  # arrival on a fixed schedule, from the first session's
+    spawns: tuple[Spawn, ...] = ()  # sub-agents it starts (an agent trace's)
+
+
+class Spawn(NamedTuple):
+    """A sub-agent a session starts: `session` begins with a fresh history when node `after`
+    of its parent ends (its first node's `wait_s` later), and node `join` of the parent, if
+    any, waits until it has ended, however it ended."""
+
+    after: int
+    session: SessionSpec
+    join: int | None
+    branch_id: str
+
+
+class Known(NamedTuple):
+    """What a format that reads its sessions when a run reaches them says of them up front:
+    per session, the requests it sends with its sub-agents; and how many sub-agents in all,
+    how deep they go, and how many conversations there are."""
+
+    sizes: list[int]
+    spawned: int
+    depth: int
+    conversations: int
 
 
 @dataclass(frozen=True)
@@ -114,10 +144,14 @@ class TraceDataset:
     """What every reader but dag_jsonl's returns: the sessions, in arrival order when timed, and
     the format's default context mode, for `compile_sessions(source, specs, loader_mode)`."""
 
-    specs: list[SessionSpec]  # by start time when timed, else in file order
+    specs: Sequence[SessionSpec]  # by start time when timed, else in file order
     loader_mode: ContextMode | None  # the format's default context mode; None: the global one
     timed: bool  # every session has a start_s
     warmup: tuple[SessionSpec, ...] = ()  # sent first, one at a time, never measured (rag's)
+    # Set when `specs` reads each session when it is taken (a directory of agent traces, whose
+    # prompts are built from their block ids): the run then builds each tree when it reaches
+    # it, as dag_jsonl's, and holds only the trees in use.
+    known: Known | None = None
 
 
 def parents_first(count: int, edges: Iterable[tuple[int, int]]) -> list[int]:

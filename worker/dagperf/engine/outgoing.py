@@ -2,10 +2,12 @@
 until their results return.
 
 A node whose dependencies are met waits out its delay on a timer, if it has one (a gate's may be
-drawn now: `think`); a gate then passes (`passed`, for the dispatcher to end), anything else joins
-the send queue, which goes out in order while `max_inflight` allows and the phase's cap on requests
-is not reached. Each node sent is a `Flight` on the worker its route is pinned to (`flights`),
-carrying the nodes armed with it, unless a cap on requests or on what is in flight needs every
+drawn now: `think`; a join that waited for its children past its own turn goes without it, as
+AIPerf sends it: the delay counts from the turn before, long passed); a gate then passes
+(`passed`, for the dispatcher to end), anything else joins the send queue, which goes out in
+order while `max_inflight` allows and the phase's cap on requests is not reached. Each node
+sent is a `Flight` on the worker its route is pinned to (`flights`), carrying the nodes armed
+with it, unless a cap on requests or on what is in flight needs every
 request sent from here. A flight stays on the wire, by credit, until its result lands it or its
 worker is lost; the phase counts what was sent, completed, failed and cut (`PhasePlan`).
 """
@@ -54,6 +56,9 @@ class Outgoing:
         delay = spec.delay_s
         if spec.gate is not None:
             delay = self._think.draw(spec.gate, delay, run.id - 1, spec.turn)
+        elif delay and node in run.suspended:
+            delay = 0.0  # a join its children held up goes as they end, as AIPerf sends it
+            run.waived.add(node)
         if delay > 0:
             self._delays.at(now + delay, _DELAY, run, node)
         else:

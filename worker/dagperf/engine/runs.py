@@ -128,6 +128,7 @@ class TreeRun:
         "template",
         "tree",
         "waiting",
+        "waived",
         "workers",
     )
 
@@ -158,6 +159,7 @@ class TreeRun:
         # in a general graph need not be its last listed one.
         self.session_open = list(template.sizes)
         self.suspended: set[int] = set()  # join nodes whose parent waits on children
+        self.waived: set[int] = set()  # joins sent without their delay (`Outgoing.ready`)
         self.workers: set[str] = set()  # every worker that was sent a request of this run
         self.measured = False  # started while the profiling's window was open (`window`)
 

@@ -16,17 +16,28 @@ session, else from the format's loader, else `deltas_without_responses`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import overload
 
 from dagperf.dataset.specs import (
     DEFAULT_CONTEXT_MODE,
     REFUSED_CONTEXT_MODE,
     ContextMode,
     GraphNode,
+    Known,
     SessionSpec,
     parents_first,
 )
-from dagperf.graph.model import Node, RequestGraph, Session, SessionKind, Tree, with_tools_of
+from dagperf.graph.agents import agent_tree
+from dagperf.graph.model import (
+    Node,
+    RequestGraph,
+    Session,
+    SessionKind,
+    Shape,
+    Tree,
+    with_tools_of,
+)
 from dagperf.runtime.gcpause import gc_paused
 
 __all__ = [
@@ -48,18 +59,49 @@ class SpecError(ValueError):
 
 def compile_sessions(
     source: str,
-    sessions: Iterable[SessionSpec],
+    sessions: Sequence[SessionSpec],
     loader_mode: ContextMode | None = None,
     warmup: Iterable[SessionSpec] = (),
+    known: Known | None = None,
 ) -> RequestGraph:
     """One tree per session, in order. `loader_mode` is the format's default context mode;
-    `warmup` the sessions sent before anything is measured (`RequestGraph.warmup`)."""
+    `warmup` the sessions sent before anything is measured (`RequestGraph.warmup`). With
+    `known`, `sessions` reads each session when it is taken: each tree is built when the run
+    reaches it, from what `known` says of them all."""
+    if known is not None:
+        if not sessions:
+            raise SpecError(f"{source}: no sessions")
+        shape = Shape(
+            known.sizes, known.conversations, known.depth, 0, known.spawned, frozenset({None})
+        )
+        return RequestGraph(source, _Built(sessions, loader_mode), known=shape)
     with gc_paused():
         trees = tuple(_tree(spec, loader_mode) for spec in sessions)
         before = tuple(_tree(spec, loader_mode) for spec in warmup)
     if not trees:
         raise SpecError(f"{source}: no sessions")
     return RequestGraph(source, trees, before)
+
+
+class _Built(Sequence[Tree]):
+    """Trees built from sessions read when taken; none is kept here (the run keeps what it
+    runs)."""
+
+    def __init__(self, sessions: Sequence[SessionSpec], loader_mode: ContextMode | None):
+        self._sessions = sessions
+        self._mode = loader_mode
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    @overload
+    def __getitem__(self, index: int) -> Tree: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Tree]: ...
+    def __getitem__(self, index: int | slice) -> Tree | Sequence[Tree]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return _tree(self._sessions[index], self._mode)
 
 
 def resolve_mode(spec: SessionSpec, loader_mode: ContextMode | None) -> ContextMode:
@@ -70,6 +112,8 @@ def resolve_mode(spec: SessionSpec, loader_mode: ContextMode | None) -> ContextM
 
 
 def _tree(spec: SessionSpec, loader_mode: ContextMode | None) -> Tree:
+    if spec.spawns:
+        return agent_tree(spec, lambda session: resolve_mode(session, loader_mode))
     mode = resolve_mode(spec, loader_mode)
     if not spec.nodes:
         raise SpecError(f"session '{spec.session_id}' has no nodes")

@@ -21,6 +21,7 @@ Times come from the workers' clocks (start, end) and the scheduler's (issue); a 
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any, NamedTuple
 
 from dagperf.graph import Tree
@@ -56,9 +57,11 @@ class CriticalPath(NamedTuple):
         }
 
 
-def critical_path(tree: Tree, times: dict[int, Timing], start_ns: int) -> CriticalPath | None:
+def critical_path(
+    tree: Tree, times: dict[int, Timing], start_ns: int, waived: Container[int] = ()
+) -> CriticalPath | None:
     """The critical path through the requests in `times` (by node), for a session that began
-    at `start_ns`; None when no request has times."""
+    at `start_ns`; None when no request has times. `waived`: joins sent without their delay."""
     if not times:
         return None
     nodes = tree.nodes
@@ -78,7 +81,8 @@ def critical_path(tree: Tree, times: dict[int, Timing], start_ns: int) -> Critic
         span = times[i]
         server += max(0, span.end_ns - span.start_ns)
         wait = max(0, span.start_ns - previous_end)
-        authored = min(wait, int((nodes[i].delay_s + waits[i].gate_delay_s) * 1e9))
+        asked = 0.0 if i in waived else nodes[i].delay_s
+        authored = min(wait, int((asked + waits[i].gate_delay_s) * 1e9))
         delay += authored
         dispatch += wait - authored
         if position and chain[position - 1] in waits[i].join_deps:

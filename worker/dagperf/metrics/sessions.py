@@ -92,7 +92,7 @@ class SessionMetrics:
         complete = complete and min(run.nodes) >= NodeState.OK  # every node ended
         status = "cancelled" if run.cancelled else "complete" if complete else "incomplete"
         cancelled = run.unsent() if run.cancelled else 0
-        path = critical_path(run.tree, times, start)
+        path = critical_path(run.tree, times, start, run.waived)
         good = complete and not bad
         duration_ms = (end - start) / 1e6
         line: dict[str, Any] = {

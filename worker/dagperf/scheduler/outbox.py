@@ -130,7 +130,7 @@ class Outbox:
             flight.node,
             -1 if node.history is None else node.history,
             run.template.keep[flight.node],
-            node.payload.messages_json,
+            node.payload.wire_messages(),
             self.params(node.payload),
             flight.request_id,
             correlation,

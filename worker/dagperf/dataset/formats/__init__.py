@@ -15,14 +15,15 @@ A new format is a module here and an entry in `FORMATS` with its reading functio
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagperf.dataset.specs import TraceDataset
 
 if TYPE_CHECKING:
     from dagperf.dataset.formats.dag_jsonl import DagDataset
+    from dagperf.dataset.formats.weka_trace import Replay
 
 Lines = Iterable[bytes]
 
@@ -35,6 +36,14 @@ class ReadOptions:
     draws: int | None = None  # random_pool: requests drawn (None: AIPerf's 100)
     seed: int | None = None  # random_pool: the draws' seed (None: fresh draws)
     count_tokens: Callable[[list[str]], list[int]] | None = None  # sharegpt (None: estimates)
+    tokenizer_json: str | None = None  # agent traces: prompts counted in its tokens (else words)
+    think_time_only: bool = False  # agent traces: wait each call's think time, not the gap
+
+    def replay(self) -> Replay:
+        """What an agent trace's replay takes of them."""
+        from dagperf.dataset.formats.weka_trace import Replay
+
+        return Replay(self.tokenizer_json, self.seed, self.think_time_only)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,9 @@ class Format:
     takes: tuple[str, ...] = ()  # the ReadOptions it reads: a run's flags change what it reads
     read_directory: Callable[[Path, ReadOptions], TraceDataset] | None = None  # files: one dataset
     endpoint_type: str | None = None  # its lines are request bodies of this API, sent as written
+    # Body fields its requests carry unless --extra-inputs says otherwise, on the APIs whose
+    # servers take them (chat and completions).
+    extra_inputs: dict[str, Any] = field(default_factory=dict)
 
 
 def _dag_jsonl(lines: Lines, source: str, options: ReadOptions) -> DagDataset:
@@ -137,6 +149,18 @@ def _sharegpt(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
     return read_sharegpt(lines, source, count_tokens=options.count_tokens)
 
 
+def _weka_trace(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.weka_trace import read_weka_trace
+
+    return read_weka_trace(lines, source, options.replay())
+
+
+def _weka_trace_dir(directory: Path, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.weka_trace import read_weka_directory
+
+    return read_weka_directory(directory, options.replay())  # each *.json file a session
+
+
 def _bailian_trace(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
     from dagperf.dataset.formats.bailian_trace import read_bailian_trace
 
@@ -173,6 +197,11 @@ def _inputs_json(lines: Lines, source: str, options: ReadOptions) -> TraceDatase
     return read_inputs_json(lines, source)
 
 
+# An agent trace's replay: the run's tokenizer, its seed, --use-think-time-only; its replies are
+# as long as recorded.
+_AGENT_TRACE = ("tokenizer_json", "seed", "think_time_only")
+_IGNORE_EOS = {"ignore_eos": True}
+
 FORMATS: dict[str, Format] = {
     "dag_jsonl": Format(_dag_jsonl),
     "session_graph": Format(_session_graph),
@@ -194,6 +223,7 @@ FORMATS: dict[str, Format] = {
         _sagemaker_data_capture, read_directory=_sagemaker_data_capture_dir
     ),
     "inputs_json": Format(_inputs_json),
+    "weka_trace": Format(_weka_trace, _AGENT_TRACE, _weka_trace_dir, extra_inputs=_IGNORE_EOS),
 }
 
 __all__ = ["FORMATS", "Format", "Lines", "ReadOptions"]

@@ -23,7 +23,6 @@ them; neither tool writes any), as is a session id that is empty; payload `messa
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
 from dagperf.dataset.content import with_roles
+from dagperf.dataset.json_places import after_space, items, members
 from dagperf.dataset.limits import line_problem
 from dagperf.dataset.loader import Problems, load_file
 from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.runtime.gcpause import gc_paused
-
-_SPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
 
 
 class InputsSession(BaseModel):
@@ -132,7 +129,7 @@ def _entries(data: bytes, problems: Problems) -> Iterator[tuple[int, Any]]:
     if not isinstance(document, dict):
         problems.add(1, "expected a JSON object with a 'data' list of sessions")
         return
-    spans = dict(_members(text, _after_space(text, 0)))
+    spans = dict(members(text, after_space(text, 0)))
     for key in document:
         if key != "data":
             line = text.count("\n", 0, spans[key][0]) + 1
@@ -141,7 +138,7 @@ def _entries(data: bytes, problems: Problems) -> Iterator[tuple[int, Any]]:
         problems.add(text.count("\n", 0, spans["data"][0]) + 1 if "data" in spans else 1, _NO_DATA)
         return
     line, counted = 1, 0  # counted up to each item in turn, as they come in order
-    for (at, end), entry in zip(_items(text, spans["data"][1]), document["data"], strict=True):
+    for (at, end), entry in zip(items(text, spans["data"][1]), document["data"], strict=True):
         line, counted = line + text.count("\n", counted, at), at
         if (unsafe := line_problem(text[at:end].encode())) is not None:
             problems.add(line, unsafe)
@@ -150,32 +147,6 @@ def _entries(data: bytes, problems: Problems) -> Iterator[tuple[int, Any]]:
 
 
 _NO_DATA = "data: required, a list of sessions ({'session_id': ..., 'payloads': [...]})"
-
-
-def _members(text: str, pos: int) -> Iterator[tuple[str, tuple[int, int]]]:
-    """The keys of the valid JSON object at `pos`, each with where its key and value start."""
-    pos = _after_space(text, pos + 1)
-    while not text.startswith("}", pos):
-        key, after = _DECODER.raw_decode(text, pos)
-        value = _after_space(text, _after_space(text, after) + 1)  # past the colon
-        yield key, (pos, value)
-        pos = _after_space(text, _DECODER.raw_decode(text, value)[1])
-        pos = _after_space(text, pos + 1) if text.startswith(",", pos) else pos
-
-
-def _items(text: str, pos: int) -> Iterator[tuple[int, int]]:
-    """Where each item of the valid JSON array at `pos` starts and ends."""
-    pos = _after_space(text, pos + 1)
-    while not text.startswith("]", pos):
-        end = _DECODER.raw_decode(text, pos)[1]
-        yield pos, end
-        pos = _after_space(text, end)
-        pos = _after_space(text, pos + 1) if text.startswith(",", pos) else pos
-
-
-def _after_space(text: str, pos: int) -> int:
-    found = _SPACE.match(text, pos)
-    return found.end() if found else pos
 
 
 def _refuse_constant(name: str) -> Any:

@@ -15,14 +15,13 @@ import contextlib
 import multiprocessing
 import os
 import pickle
-import sys
-import threading
 from multiprocessing.context import BaseContext
 from typing import BinaryIO
 
 from dagperf.dataset.formats.dag_jsonl.file_pass import Chunks, FilePass, Part
 from dagperf.dataset.formats.dag_jsonl.line_store import LineStore
 from dagperf.dataset.loader import DatasetError
+from dagperf.runtime.forks import may_fork
 
 SPLIT_BYTES = 64 << 20  # below this, forking costs more than it saves
 _LOOK = 1 << 16
@@ -30,7 +29,7 @@ _LOOK = 1 << 16
 
 def read_file(stream: BinaryIO, store: LineStore, source: str) -> FilePass:
     """The pass over a whole stream, in two processes when it is a large plain file."""
-    middle = _middle(store) if _forkable() else None
+    middle = _middle(store) if may_fork() else None
     if middle is None:
         return _read(FilePass(source, store), Chunks(stream))
     context = multiprocessing.get_context("fork")
@@ -107,19 +106,6 @@ class _Handover:
     def close(self) -> None:
         self._receive.close()
         os.close(self._memory)
-
-
-def _forkable() -> bool:
-    """Whether this process may fork a reader: on Linux, from the main thread of a process
-    running no threads but this read's progress line (a fork copies only the calling thread,
-    and a lock another thread held stays held in the child: the operator, for one, reads its
-    files from worker threads and keeps to one process)."""
-    return (
-        sys.platform == "linux"
-        and not multiprocessing.current_process().daemon
-        and threading.current_thread() is threading.main_thread()
-        and threading.active_count() <= 2
-    )
 
 
 def _read(reading: FilePass, chunks: Chunks) -> FilePass:
