@@ -194,7 +194,13 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
 LMEVAL_TASK = {"examples/lmeval/arith.yaml", "examples/lmeval/arith.jsonl"}
 NEEDS_LM_EVAL = {"examples/veeksha/lmeval.yaml"}
 # What runs an example rather than being one: the routing comparison's script and its table.
-EXAMPLE_SCRIPTS = {"examples/routing/compare.sh", "examples/routing/table.py"}
+EXAMPLE_SCRIPTS = {
+    "examples/routing/compare.sh",
+    "examples/routing/table.py",
+    "examples/routing/agent_trace.sh",
+    "examples/routing/agent_table.py",
+    "examples/routing/char_tokenizer.py",
+}
 
 
 def test_every_example_dataset_is_valid():

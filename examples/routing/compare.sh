@@ -17,6 +17,7 @@
 #   CONCURRENCY  root conversations in flight (default 3)
 #   DATASET      the DAG (default examples/routing/agent-forks.dag.jsonl)
 #   DAGPERF_FLAGS more `dagperf profile` flags, split on spaces (default none)
+#   TABLE        the script that prints the runs side by side (default examples/routing/table.py)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -81,5 +82,5 @@ done
 labels=()
 for run in "${runs[@]}"; do labels+=(--label "$(basename "$run")"); done
 dagperf report "${runs[@]}" "${labels[@]}" --output "$OUT/report.html" > /dev/null
-python3 "$ROOT/examples/routing/table.py" "${runs[@]}"
+python3 "${TABLE:-$ROOT/examples/routing/table.py}" "${runs[@]}"
 echo "compare.sh: side by side in $OUT/report.html" >&2
