@@ -1,8 +1,8 @@
 """The agentic examples on a real serving stack: llama-server engines behind vLLM Router
 (`consistent_hash`, dagperf's default headers), the relays naming who served each request.
 
-An orchestrator spine runs its rounds one after another, each child a SPAWN of its own. A
-coding-agent trace (bench/agent_traces.py's, small enough for the tiny model's context) replays
+An orchestrator spine runs its rounds one after another, each child a SPAWN of its own. The
+coding-agent example (bench/agent_traces.py's, small enough for the tiny model's context) replays
 with its prompts built in the engine's own tokens (a tokenizer with a token per character, as
 the tiny model has): every prompt is as long as its recorded `in` plus the chat template's
 tokens, every reply as long as its `out`, each conversation stays on one engine, and the main
@@ -67,12 +67,7 @@ def test_a_spine_runs_its_rounds_one_after_another(engines: Engines, tmp_path: P
 @pytest.fixture(scope="module")
 def trace_run(engines: Engines, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     directory = tmp_path_factory.mktemp("coding-agent")
-    traces = directory / "traces"
-    subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "agent_traces.py"), str(traces), "--sessions", "2",
-         "--seed", "11", "--turns", "6", "8", "--scale", "0.03", "--time-scale", "0.01"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    traces = ROOT / "examples" / "agentic" / "coding-agent"
     tokenizer = char_tokenizer.write(directory / "tokenizer.json")
     with Router.start("consistent_hash", engines.relays, directory / "router.log") as router:
         run = profile(

@@ -198,3 +198,51 @@ def test_the_example_sessions_are_the_generator_s(tmp_path):
 
 EXAMPLE_FLAGS = ["--sessions", "2", "--seed", "3", "--turns", "6", "9", "--scale", "0.05",
                  "--time-scale", "0.02"]  # fmt: skip
+
+
+async def test_the_example_runs_with_its_sub_agents_as_spawn_children(tmp_path):
+    """The coding-agent example against the simulator (three backends, sticky on the session
+    key): every request of the trace once, its sub-agents SPAWN children of their main agent
+    in the records and BranchStats, its conversations each on one backend, a critical path per
+    session, and no inputs.json (its prompts are built as they are sent)."""
+    from dagperf.simulator import SimConfig, running_simulator
+
+    from runs import finish, spawn
+
+    recorded = sum(
+        len(r.get("requests", [r])) for p in EXAMPLE.glob("*.json")
+        for r in json.loads(p.read_text())["requests"]
+    )  # fmt: skip
+    config = SimConfig(model="m", backends=3, ttft_ms=1, itl_ms=0.2, record_bodies=True)
+    async with running_simulator(config) as sim:
+        out = tmp_path / "artifacts"
+        process = await spawn(
+            "profile", "--input-file", str(EXAMPLE), "--custom-dataset-type", "weka_trace",
+            "--url", sim.url, "--model", "m", "--backend-header", "x-backend",
+            "--artifact-dir", str(out), "--quiet",
+        )  # fmt: skip
+        run = await finish(process, out, sim)
+    assert run.returncode == 0, run.stderr
+    assert len(run.records) == recorded and not (out / "inputs.json").exists()
+    children = {r["metadata"]["x_correlation_id"]: r["metadata"] for r in run.records
+                if r["metadata"]["agent_depth"] == 1}  # fmt: skip
+    mains = {r["metadata"]["root_correlation_id"]: r["metadata"]["x_correlation_id"]
+             for r in run.records if r["metadata"]["agent_depth"] == 0}  # fmt: skip
+    assert children and all(m["branch_mode"] == "spawn" for m in children.values())
+    assert all(m["parent_correlation_id"] == mains[m["root_correlation_id"]]
+               for m in children.values())  # fmt: skip
+    assert all(r["metrics"]["output_sequence_length"]["value"] == r["metadata"]["max_tokens"]
+               for r in run.records)  # fmt: skip
+    summary = run.summary
+    assert summary is not None
+    assert summary["branch_stats"]["children_spawned"] == len(children)
+    assert summary["branch_stats"]["children_completed"] == len(children)
+    assert summary["dag_report"]["by_branch_mode"]["spawn"]["requests"] == sum(
+        1 for r in run.records if r["metadata"]["agent_depth"] == 1
+    )
+    backends: dict[str, set[str]] = {}
+    for r in run.records:
+        backends.setdefault(r["metadata"]["x_correlation_id"], set()).add(r["metadata"]["backend"])
+    assert all(len(b) == 1 for b in backends.values())
+    sessions = [json.loads(line) for line in (out / "session_export.jsonl").open()]
+    assert len(sessions) == 2 and all(s["critical_path"]["path"] for s in sessions)

@@ -34,19 +34,25 @@ def _compiled(source: str, dataset: TraceDataset | DagDataset) -> RequestGraph:
     """The graph of what a format read: the compiling lives here, above both the dataset layer
     and the graph's compilers, so a format's module never depends on the graph."""
     if isinstance(dataset, TraceDataset):
-        return _compile(source, dataset.specs, dataset.loader_mode, dataset.warmup, dataset.known)
+        shape = (dataset.warmup, dataset.known, dataset.inputs_json)
+        return _compile(source, dataset.specs, dataset.loader_mode, *shape)
     from dagperf.graph import compile_dag_jsonl
 
     return compile_dag_jsonl(dataset)
 
 
 def _compile(
-    source: str, specs: Any, loader_mode: Any, warmup: Any = (), known: Any = None
+    source: str,
+    specs: Any,
+    loader_mode: Any,
+    warmup: Any = (),
+    known: Any = None,
+    inputs_json: bool = True,
 ) -> RequestGraph:
     from dagperf.graph.sessions import SpecError, compile_sessions
 
     try:
-        return compile_sessions(source, specs, loader_mode, warmup, known)
+        return compile_sessions(source, specs, loader_mode, warmup, known, inputs_json)
     except SpecError as e:  # the loaders check first; this is the last word, not a traceback
         raise DatasetError([Problem(source, None, str(e))]) from None
 

@@ -152,6 +152,7 @@ class TraceDataset:
     # prompts are built from their block ids): the run then builds each tree when it reaches
     # it, as dag_jsonl's, and holds only the trees in use.
     known: Known | None = None
+    inputs_json: bool = True  # a run lists its conversations in inputs.json
 
 
 def parents_first(count: int, edges: Iterable[tuple[int, int]]) -> list[int]:

@@ -97,7 +97,7 @@ class RunOutput:
         """The directory and the records files; raises OSError. The inputs file is written at
         `close`: a large dataset's would otherwise hold back the first request."""
         self.artifacts.directory.mkdir(parents=True, exist_ok=True)
-        self._inputs = (graph, endpoint)
+        self._inputs = (graph, endpoint) if graph.inputs_json else None
         self._api = APIS[endpoint.endpoint_type]
         self._records = RecordWriter(self.artifacts.records)
         self._session_lines = RecordWriter(self.artifacts.sessions)

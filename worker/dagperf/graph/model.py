@@ -208,6 +208,10 @@ class RequestGraph:
     # compiler that lists them without building the trees (a pass over a million-line file
     # costs a tenth as much); None: `conversations()` walks the trees.
     listed: Callable[[], Iterator[ConversationInput]] | None = None
+    # Whether a run lists the conversations in inputs.json: not a dataset whose prompts are
+    # built from block ids as they are sent (an agent trace's: gigabytes of synthetic text,
+    # which AIPerf does not write either).
+    inputs_json: bool = True
 
     def conversations(self) -> Iterator[ConversationInput]:
         """Each conversation the trees send, once, with what each of its turns authors (no

@@ -63,6 +63,7 @@ def compile_sessions(
     loader_mode: ContextMode | None = None,
     warmup: Iterable[SessionSpec] = (),
     known: Known | None = None,
+    inputs_json: bool = True,
 ) -> RequestGraph:
     """One tree per session, in order. `loader_mode` is the format's default context mode;
     `warmup` the sessions sent before anything is measured (`RequestGraph.warmup`). With
@@ -74,7 +75,8 @@ def compile_sessions(
         shape = Shape(
             known.sizes, known.conversations, known.depth, 0, known.spawned, frozenset({None})
         )
-        return RequestGraph(source, _Built(sessions, loader_mode), known=shape)
+        built = _Built(sessions, loader_mode)
+        return RequestGraph(source, built, known=shape, inputs_json=inputs_json)
     with gc_paused():
         trees = tuple(_tree(spec, loader_mode) for spec in sessions)
         before = tuple(_tree(spec, loader_mode) for spec in warmup)

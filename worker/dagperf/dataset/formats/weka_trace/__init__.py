@@ -145,7 +145,8 @@ class _Count:
 def _dataset(kept: list[_Kept], counted: list[_Count], replay: Replay) -> TraceDataset:
     children = sum(c.children for c in counted)
     known = Known([c.requests for c in counted], children, min(children, 1), children + len(kept))
-    return TraceDataset(_Sessions(kept, replay), AS_WRITTEN, timed=False, known=known)
+    sessions = _Sessions(kept, replay)
+    return TraceDataset(sessions, AS_WRITTEN, timed=False, known=known, inputs_json=False)
 
 
 class _Sessions(Sequence[SessionSpec]):
