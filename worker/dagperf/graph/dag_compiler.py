@@ -33,10 +33,10 @@ is running.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import NamedTuple, overload
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,6 +45,7 @@ from dagperf.dataset.formats.dag_jsonl.edges import BACKGROUND
 from dagperf.dataset.formats.dag_jsonl.lines import Conversation, Interned
 from dagperf.dataset.formats.dag_jsonl.reader import DagDataset, DagLines
 from dagperf.dataset.formats.dag_jsonl.records import BranchMode
+from dagperf.dataset.lazy import BuiltOnRead
 from dagperf.dataset.loader import DatasetError, Problem
 from dagperf.dataset.specs import ContextMode
 from dagperf.graph.model import (
@@ -86,7 +87,7 @@ def _listed(lines: DagLines) -> Iterator[ConversationInput]:
             yield ConversationInput(sid, payloads)
 
 
-class _Trees(Sequence[Tree]):
+class _Trees(BuiltOnRead[Tree]):
     """A dataset's trees, each built when it is read (and not kept: the reader keeps what it
     needs), from its conversations read back from the file."""
 
@@ -98,13 +99,7 @@ class _Trees(Sequence[Tree]):
     def __len__(self) -> int:
         return len(self._roots)
 
-    @overload
-    def __getitem__(self, index: int) -> Tree: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Tree]: ...
-    def __getitem__(self, index: int | slice) -> Tree | Sequence[Tree]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _build(self, index: int) -> Tree:
         read: dict[str, Conversation] = {}
 
         def conversation(sid: str) -> Conversation:

@@ -17,8 +17,8 @@ session, else from the format's loader, else `deltas_without_responses`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import overload
 
+from dagperf.dataset.lazy import BuiltOnRead
 from dagperf.dataset.specs import (
     DEFAULT_CONTEXT_MODE,
     REFUSED_CONTEXT_MODE,
@@ -85,7 +85,7 @@ def compile_sessions(
     return RequestGraph(source, trees, before)
 
 
-class _Built(Sequence[Tree]):
+class _Built(BuiltOnRead[Tree]):
     """Trees built from sessions read when taken; none is kept here (the run keeps what it
     runs)."""
 
@@ -96,13 +96,7 @@ class _Built(Sequence[Tree]):
     def __len__(self) -> int:
         return len(self._sessions)
 
-    @overload
-    def __getitem__(self, index: int) -> Tree: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Tree]: ...
-    def __getitem__(self, index: int | slice) -> Tree | Sequence[Tree]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _build(self, index: int) -> Tree:
         return _tree(self._sessions[index], self._mode)
 
 

@@ -11,10 +11,10 @@ of each only what a run must know up front (`Known`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, overload
+from typing import NamedTuple
 
 import msgspec
 
@@ -24,6 +24,7 @@ from dagperf.dataset.formats.weka_trace.plan import Plan, PlanError, plan
 from dagperf.dataset.formats.weka_trace.schema import Trace
 from dagperf.dataset.formats.weka_trace.spec import AS_WRITTEN, session
 from dagperf.dataset.formats.weka_trace.wording import problems_of
+from dagperf.dataset.lazy import BuiltOnRead
 from dagperf.dataset.loader import DatasetError, Problem
 from dagperf.dataset.specs import Known, SessionSpec, TraceDataset
 
@@ -149,7 +150,7 @@ def _dataset(kept: list[_Kept], counted: list[_Count], replay: Replay) -> TraceD
     return TraceDataset(sessions, AS_WRITTEN, timed=False, known=known, inputs_json=False)
 
 
-class _Sessions(Sequence[SessionSpec]):
+class _Sessions(BuiltOnRead[SessionSpec]):
     """Each session built when it is taken, from its file read again."""
 
     def __init__(self, kept: list[_Kept], replay: Replay):
@@ -160,13 +161,7 @@ class _Sessions(Sequence[SessionSpec]):
     def __len__(self) -> int:
         return len(self._kept)
 
-    @overload
-    def __getitem__(self, index: int) -> SessionSpec: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[SessionSpec]: ...
-    def __getitem__(self, index: int | slice) -> SessionSpec | Sequence[SessionSpec]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _build(self, index: int) -> SessionSpec:
         kept = self._kept[index]
         trace = kept.trace
         if trace is None:
