@@ -380,3 +380,38 @@ def shared_prefixes(
                 n += 1
             out[(a, b)] = n
     return out
+
+
+COINCIDENCE = 3  # tokens two unrelated texts may share by chance at their start
+
+
+def agent_wire_differences(ours: Recording, theirs: Recording, tokenizer_json: Path) -> list[str]:
+    """Where an agent-trace replay's requests differ from AIPerf's: which turns were sent, each
+    message's role and tokens, the body's other fields, the prefix every two requests share
+    (to within the token or two that unrelated runs of text may happen to open with alike:
+    each tool cuts its own corpus), and every dependency dagperf kept that AIPerf did not."""
+    mine, reference_requests = by_turn(ours), by_turn(theirs)
+    if sorted(mine) != sorted(reference_requests):
+        return [f"turns: {sorted(mine)} against {sorted(reference_requests)}"]
+    counted, out = Counted(tokenizer_json), []
+    for key, sent in mine.items():
+        other = reference_requests[key]
+        if counted.messages(sent.body) != counted.messages(other.body):
+            out.append(f"{key}: messages {counted.messages(sent.body)}")
+        if _fields(sent.body) != _fields(other.body):
+            out.append(f"{key}: fields {_fields(sent.body)} against {_fields(other.body)}")
+    shared = shared_prefixes(mine, counted)
+    expected = shared_prefixes(reference_requests, counted)
+    out += [
+        f"{pair}: {n} tokens shared against {expected[pair]}"
+        for pair, n in shared.items()
+        if abs(n - expected[pair]) > COINCIDENCE
+    ]
+    return out + edges_held(ours, theirs)
+
+
+def _fields(body: dict[str, Any]) -> dict[str, Any]:
+    out = {key: value for key, value in body.items() if key != "messages"}
+    if "max_completion_tokens" in out:  # the same limit, as each API names it
+        out["max_tokens"] = out.pop("max_completion_tokens")
+    return out

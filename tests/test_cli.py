@@ -164,6 +164,7 @@ EXAMPLE_TYPES = {  # every example dataset, by the flags that read it
     "examples/traces/bailian.jsonl": ["--custom-dataset-type", "bailian_trace"],
     "examples/traces/baseten.parquet": ["--custom-dataset-type", "baseten_trace"],
     "examples/traces/burst_gpt.csv": ["--custom-dataset-type", "burst_gpt_trace"],
+    "examples/traces/tracelab.jsonl": ["--custom-dataset-type", "tracelab"],
     "examples/traces/sagemaker_data_capture/my-endpoint/AllTraffic/2026/04/29/00/03-18-112-4a1d.jsonl": [  # noqa: E501
         "--custom-dataset-type",
         "sagemaker_data_capture",

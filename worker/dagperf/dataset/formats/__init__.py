@@ -161,6 +161,12 @@ def _weka_trace_dir(directory: Path, options: ReadOptions) -> TraceDataset:
     return read_weka_directory(directory, options.replay())  # each *.json file a session
 
 
+def _tracelab(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
+    from dagperf.dataset.formats.tracelab import read_tracelab
+
+    return read_tracelab(lines, source, options.replay())  # one file: AIPerf reads no directory
+
+
 def _bailian_trace(lines: Lines, source: str, options: ReadOptions) -> TraceDataset:
     from dagperf.dataset.formats.bailian_trace import read_bailian_trace
 
@@ -224,6 +230,7 @@ FORMATS: dict[str, Format] = {
     ),
     "inputs_json": Format(_inputs_json),
     "weka_trace": Format(_weka_trace, _AGENT_TRACE, _weka_trace_dir, extra_inputs=_IGNORE_EOS),
+    "tracelab": Format(_tracelab, _AGENT_TRACE, extra_inputs=_IGNORE_EOS),
 }
 
 __all__ = ["FORMATS", "Format", "Lines", "ReadOptions"]
