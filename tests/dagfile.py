@@ -87,6 +87,16 @@ def check_tree(tree) -> None:
         if session.parent is not None:
             assert session.depth == tree.sessions[session.parent].depth + 1
         assert session.route == s or session.kind == "fork"
+    # The records: what each request names as waited for (requests only, each once), and how
+    # many records name each request, which the health check counts off.
+    sent = [i for i, node in enumerate(nodes) if node.gate is None]
+    named = dict.fromkeys(sent, 0)
+    for i in sent:
+        waited = tree.waited(i)
+        assert len(set(waited)) == len(waited) and set(waited) <= named.keys(), (i, waited)
+        for d in waited:
+            named[d] += 1
+    assert named == {i: tree.named_by(i) for i in sent}
 
 
 def stats(**nonzero: int) -> dict[str, int]:

@@ -147,6 +147,21 @@ def test_a_conversation_joins_on_an_orchestrator_it_spawns():
     assert h.d.finished
 
 
+def test_a_request_reached_through_a_gate_and_its_history_is_named_once():
+    # p's turn 1 waits for its turn 0 as its history, and again through the orchestrator its
+    # turn 0 spawned (fire-and-forget, so the gate stands for turn 0): one wait, one name, and
+    # turn 0 is named by three records (p:1 and both runs of a), as its `dependents` says.
+    (tree,) = compile_dag_jsonl(
+        load(conv("p", turn(spawns=["o", "a"]), turn()), spine(spawns=["a"]), conv("a"))
+    ).trees
+    check_tree(tree)
+    names = {i: f"{tree.sessions[n.session].conversation_id}:{n.turn}" for i, n in
+             enumerate(tree.nodes)}  # fmt: skip
+    p1 = next(i for i, name in names.items() if name == "p:1")
+    assert sorted(names[d] for d in tree.waited(p1)) == ["a:0", "p:0"]
+    assert tree.named_by(tree.sessions[0].first_node) == 3
+
+
 def test_drawn_think_times_are_reproducible_per_run_and_round_and_clamped():
     gate = Gate(sigma=1.0)
     seeded = ThinkTimes(42)

@@ -14,17 +14,9 @@ from typing import Any
 import msgspec
 
 from dagperf.engine import Flight
-from dagperf.graph import SessionKind, Tree
+from dagperf.graph import SessionKind
 from dagperf.transport.protocol import Cut, Result
 from dagperf.vocabulary.catalog import UNITS
-
-
-def _waited(tree: Tree, i: int) -> tuple[int, ...]:
-    if not tree.gates:  # (most trees: the node's own dependencies)
-        node = tree.nodes[i]
-        return (*node.deps, *node.join_deps)
-    waits = tree.waits_for(i)
-    return (*waits.deps, *waits.join_deps)
 
 
 def record(
@@ -66,12 +58,10 @@ def record(
         "branch_id": session.branch_id,
         "branch_mode": session.kind.value if session.kind is not SessionKind.ROOT else None,
         # The requests this one waited for: the export is a DAG that can be checked on its own.
-        "depends_on": [
-            run.request_ids[d] for d in _waited(tree, flight.node) if run.request_ids[d]
-        ],
+        "depends_on": [run.request_ids[d] for d in tree.waited(flight.node) if run.request_ids[d]],
         "delay_ms": 0.0 if flight.node in run.waived else node.delay_s * 1000,
         # How many records will name this one: the health check forgets it after the last.
-        "dependents": len(node.dependents),
+        "dependents": tree.named_by(flight.node),
         # What the health check compares the output length with, whatever the API calls it.
         "max_tokens": max_tokens,
         "ignore_eos": bool(params.get("ignore_eos")),

@@ -119,10 +119,18 @@ class Tree:
     entry: tuple[int, ...]  # nodes with no dependencies of either kind, in send order
     start_s: float | None = None  # when its root is due on a fixed schedule (trace timestamps)
     gates: int = field(init=False)  # nodes that send nothing
+    # With gates: how many requests' records name each node as waited for (`named_by`).
+    _named: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         gates = sum(node.gate is not None for node in self.nodes) if self.nodes else 0
         object.__setattr__(self, "gates", gates)
+        named = [0] * len(self.nodes) if gates else []
+        for i, node in enumerate(self.nodes if gates else ()):
+            if node.gate is None:
+                for d in self.waited(i):
+                    named[d] += 1
+        object.__setattr__(self, "_named", tuple(named))
 
     @property
     def root(self) -> Session:
@@ -152,11 +160,25 @@ class Tree:
                 (out_joins if joined else out_deps).append(d)
                 continue
             delay += gate.delay_s
-            if gate.join_deps:
-                out_joins.extend(gate.join_deps)
+            if gate.join_deps:  # (which may be gates in turn: a spine's spine)
+                stack.extend((g, True) for g in gate.join_deps)
             else:
                 stack.extend((g, joined) for g in gate.deps)
         return Waits(tuple(sorted(out_deps)), tuple(sorted(out_joins)), delay)
+
+    def waited(self, i: int) -> tuple[int, ...]:
+        """The requests node i's record names as waited for. Seen through gates, one request
+        may be reached on two paths (a turn's history, and a gate its turn spawned): it is
+        named once."""
+        node = self.nodes[i]
+        if not self.gates:
+            return (*node.deps, *node.join_deps)
+        waits = self.waits_for(i)
+        return tuple(dict.fromkeys((*waits.deps, *waits.join_deps)))
+
+    def named_by(self, i: int) -> int:
+        """How many requests' records will name node i in what they waited for (`waited`)."""
+        return self._named[i] if self.gates else len(self.nodes[i].dependents)
 
 
 @dataclass(frozen=True, slots=True)
