@@ -58,7 +58,6 @@ _pre_session = operator.attrgetter("pre_session_spawns")
 _conversation_level = operator.attrgetter("conversation_level")
 # Keys only a line's conversation-level fields use (turn-level spawns are found apart): a block
 # whose bytes hold none has no line that sets them (unicode escapes are refused first).
-_CONVERSATION_KEYS = (b'"context_mode"', b'"orchestrator"', b'"rounds"', b'"think_time_')
 _STR = {str}
 _STOPPED_CHECKING = (
     f"too many problems: stopped checking after {MAX_PROBLEMS}; fix these and validate again"
@@ -390,8 +389,9 @@ class _Sorted:
 
         examined = (self.turn_counts > 1) | flags(_pre_session, records)
         examined |= flags(_spawns, first) | flags(_extra, first) | flags(_spawns, records)
-        if any(key in data for key in _CONVERSATION_KEYS):
-            examined |= flags(_conversation_level, records)
+        # Read off the records, not found in the bytes: four scans of a block cost 0.7 times
+        # its decode, this a seventh.
+        examined |= flags(_conversation_level, records)
         if self.system:
             examined[:] = True
         forks: list[Any] = list(map(_forks, first))
