@@ -286,7 +286,7 @@ def test_a_spine_in_a_large_file_read_by_blocks_and_halves(monkeypatch, tmp_path
     lines = [
         conv(f"c{i}", turn(messages=[{"role": "user", "content": "x" * 300}])) for i in range(300)
     ]
-    lines.insert(150, spine("o1", spawns=["c1", "c2"], rounds=2))
+    lines.insert(250, spine("o1", spawns=["c1", "c2"], rounds=2))  # both in the later half
     lines.append(spine("o2", rounds=[{"spawns": ["c3"]}, {"spawns": ["c299"]}]))
     path = tmp_path / "d.jsonl"
     path.write_bytes(b"".join(encode(*lines)))
@@ -298,3 +298,6 @@ def test_a_spine_in_a_large_file_read_by_blocks_and_halves(monkeypatch, tmp_path
         roots = dict(zip(dataset.roots, graph.shape.sizes, strict=True))
         assert roots["o1"] == 4 and roots["o2"] == 2 and "c1" not in roots
         assert dataset.line_of("o2") == 302
+        # Read back with the conversations' own fields (o2's rounds), the second half's too.
+        trees = dict(zip(dataset.roots, graph.trees, strict=True))
+        assert trees["o2"].gates == 3 and trees["o2"].requests == 2

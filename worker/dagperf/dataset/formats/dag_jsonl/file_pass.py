@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import operator
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any, BinaryIO, NamedTuple
 
@@ -38,7 +38,13 @@ from dagperf.dataset.formats.dag_jsonl.lines import (
     sets_messages,
     system_positions,
 )
-from dagperf.dataset.formats.dag_jsonl.records import Checked, ForkRecord, conversation_branches
+from dagperf.dataset.formats.dag_jsonl.records import (
+    ConversationRecord,
+    ForkRecord,
+    PlainChecked,
+    conversation_branches,
+    whole,
+)
 from dagperf.dataset.formats.dag_jsonl.rules import Noted, conversation_problems, file_problems
 from dagperf.dataset.limits import line_problem, suspect_digits
 from dagperf.dataset.loader import MAX_PROBLEMS, STOPPED_READING, DatasetError, Problem, capped
@@ -56,8 +62,6 @@ _spawns = operator.attrgetter("spawns")
 _extra = operator.attrgetter("extra")
 _pre_session = operator.attrgetter("pre_session_spawns")
 _conversation_level = operator.attrgetter("conversation_level")
-# Keys only a line's conversation-level fields use (turn-level spawns are found apart): a block
-# whose bytes hold none has no line that sets them (unicode escapes are refused first).
 _STR = {str}
 _STOPPED_CHECKING = (
     f"too many problems: stopped checking after {MAX_PROBLEMS}; fix these and validate again"
@@ -212,7 +216,7 @@ class FilePass:
         for message in problems:
             self.report(lineno, message + (f" (session '{sid}')" if sid else ""))
 
-    def file(self, lineno: int, record: Checked, number: int) -> bool:
+    def file(self, lineno: int, record: PlainChecked, number: int) -> bool:
         """One decoded line filed as conversation `number`, unless its session came before."""
         sid = record.session_id
         if sid in self.ids:
@@ -225,9 +229,11 @@ class FilePass:
         first = self.line_numbers[self.ids[sid]]
         self.report(lineno, f"duplicate session_id '{sid}' (first declared on line {first})")
 
-    def examine(self, lineno: int, record: Checked, number: int, system: bool) -> None:
+    def examine(self, lineno: int, plain: PlainChecked, number: int, system: bool) -> None:
         """A filed line's branches and own rules; `system` False when the line cannot hold a
         system message."""
+        record = whole(plain)
+        self.noted.own_fields |= record.conversation_level
         sid = record.session_id
         positions = system_positions(record) if system else None
         if record.context_mode is ContextMode.MESSAGE_ARRAY_WITH_RESPONSES:
@@ -368,7 +374,7 @@ class _Sorted:
     Python loop, and a field no record sets is not read twice: this runs once per line of the
     file."""
 
-    def __init__(self, records: list[Checked], data: bytes):
+    def __init__(self, records: Sequence[PlainChecked], data: bytes):
         count = len(records)
         turns = list(map(_turns, records))
         self.turned = all(turns)  # else an orchestrator is among them: nothing more is read
@@ -382,16 +388,15 @@ class _Sorted:
         self.models = set(map(_model, first))
         self.system = b'"system"' in data
 
-        def flags(field: Callable[[Any], object], items: list[Any]) -> NDArray[np.bool_]:
+        def flags(field: Callable[[Any], object], items: Sequence[Any]) -> NDArray[np.bool_]:
             if not any(map(field, items)):  # the common case: no record sets it
                 return np.zeros(count, bool)
             return np.fromiter(map(bool, map(field, items)), bool, count)
 
         examined = (self.turn_counts > 1) | flags(_pre_session, records)
-        examined |= flags(_spawns, first) | flags(_extra, first) | flags(_spawns, records)
-        # Read off the records, not found in the bytes: four scans of a block cost 0.7 times
-        # its decode, this a seventh.
-        examined |= flags(_conversation_level, records)
+        examined |= flags(_spawns, first) | flags(_extra, first)
+        if isinstance(records[0], ConversationRecord):  # decoded whole: a line sets its own
+            examined |= flags(_conversation_level, records)
         if self.system:
             examined[:] = True
         forks: list[Any] = list(map(_forks, first))

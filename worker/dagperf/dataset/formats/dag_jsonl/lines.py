@@ -5,13 +5,16 @@ The check decodes the line with the `Checked` structs (msgspec, one C pass; each
 for its role alone). The second read decodes it with the `Sendable` structs, keeping each turn's
 messages as the JSON bytes of the line: a prompt never becomes Python objects on the scheduler,
 and between the two reads the prompts stay in the file, not in memory (`line_store`). A line
-the structs refuse is parsed again by the pydantic models, which word its problems.
+the structs refuse is parsed again by the pydantic models, which word its problems. Both reads
+try the plain structs first, which leave out the fields a conversation sets of its own (an
+orchestrator's, a context mode): most files set none, and those lines decode a fifth faster.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -20,6 +23,9 @@ from pydantic import ValidationError
 from dagperf.dataset.formats.dag_jsonl.records import (
     Branch,
     Checked,
+    ConversationRecord,
+    PlainChecked,
+    PlainSendable,
     Sendable,
     conversation_branches,
     spine,
@@ -30,9 +36,9 @@ from dagperf.dataset.loader import describe
 from dagperf.dataset.specs import SENDS_NOTHING, ContextMode, Gate, Payload
 
 _check = msgspec.json.Decoder(Checked)
+_check_plain = msgspec.json.Decoder(PlainChecked)
 _send = msgspec.json.Decoder(Sendable)
-#: Every line of a block at once, or an error at the first line the structs refuse.
-check_lines = _check.decode_lines
+_send_plain = msgspec.json.Decoder(PlainSendable)
 _NO_DELAYS: dict[int, tuple[float, ...]] = {}
 _SESSION_ID = re.compile(rb'"session_id"\s*:\s*"([^"\\]{1,200})"')
 
@@ -50,6 +56,15 @@ class Conversation(NamedTuple):
 NO_REQUEST = Payload(b"[]")  # an orchestrator's turns send nothing
 
 
+def check_lines(data: bytes) -> Sequence[PlainChecked]:
+    """Every line of a block at once, or msgspec's error at the first line the structs refuse:
+    as plain records, unless a line sets its conversation's own fields."""
+    try:
+        return _check_plain.decode_lines(data)
+    except msgspec.ValidationError:
+        return _check.decode_lines(data)
+
+
 def check_line(raw: bytes) -> Checked | None:
     """The line, or None when the structs refuse it (the models then say why)."""
     try:
@@ -59,12 +74,12 @@ def check_line(raw: bytes) -> Checked | None:
     return None if sets_messages(record) else record
 
 
-def sets_messages(record: Checked) -> bool:
+def sets_messages(record: PlainChecked) -> bool:
     """The models' one rule the structs cannot state: `extra` may not replace the history."""
     return any(turn.extra and "messages" in turn.extra for turn in record.turns)
 
 
-def system_positions(record: Checked) -> tuple[tuple[int, ...], ...]:
+def system_positions(record: PlainChecked) -> tuple[tuple[int, ...], ...]:
     """Per turn, the positions of its system messages."""
     return tuple(
         tuple(i for i, message in enumerate(turn.messages) if message.role == "system")
@@ -82,19 +97,23 @@ class Interned:
         return self._strings.setdefault(text, text)
 
 
-def sendable(raw: bytes) -> Sendable:
+def sendable(raw: bytes, plain: bool) -> PlainSendable:
     """A line the loader accepted, decoded for the wire (msgspec's errors if it no longer
-    decodes: the caller says the file changed)."""
-    return _send.decode(raw)
+    decodes: the caller says the file changed); `plain` when no line of the file sets its
+    conversation's own fields."""
+    return (_send_plain if plain else _send).decode(raw)
 
 
-def conversation(record: Sendable, intern: Interned) -> Conversation:
-    if record.orchestrator:
-        return _orchestrator(record)
+def conversation(record: PlainSendable, intern: Interned) -> Conversation:
+    mode = None
+    if isinstance(record, ConversationRecord):
+        if record.orchestrator:
+            return _orchestrator(record)
+        mode = record.context_mode
     payloads, delays = _turns(record, intern)
     branched = record.pre_session_spawns or any(t.forks or t.spawns for t in record.turns)
     branches = tuple(conversation_branches(record)) if branched else ()
-    return Conversation(tuple(payloads), _shared(tuple(delays)), branches, record.context_mode)
+    return Conversation(tuple(payloads), _shared(tuple(delays)), branches, mode)
 
 
 def _orchestrator(record: Sendable) -> Conversation:
@@ -117,12 +136,12 @@ def _orchestrator(record: Sendable) -> Conversation:
     )
 
 
-def payloads(record: Sendable, intern: Interned) -> tuple[Payload, ...]:
+def payloads(record: PlainSendable, intern: Interned) -> tuple[Payload, ...]:
     """What each turn sends, before any history (an orchestrator's: nothing)."""
     return tuple(_turns(record, intern)[0])
 
 
-def _turns(record: Sendable, intern: Interned) -> tuple[list[Payload], list[float]]:
+def _turns(record: PlainSendable, intern: Interned) -> tuple[list[Payload], list[float]]:
     """Each turn's payload and delay (s). One plain loop: this runs once per turn of every
     tree built."""
     payloads = []

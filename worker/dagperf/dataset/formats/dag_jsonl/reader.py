@@ -29,7 +29,7 @@ from dagperf.dataset.formats.dag_jsonl.lines import (
     payloads,
     sendable,
 )
-from dagperf.dataset.formats.dag_jsonl.records import Sendable
+from dagperf.dataset.formats.dag_jsonl.records import PlainSendable
 from dagperf.dataset.loader import load_file, parse_stream
 from dagperf.dataset.specs import Payload
 from dagperf.runtime.gcpause import gc_paused
@@ -42,6 +42,7 @@ class DagLines:
     ids: dict[str, int]  # each session's conversation number, in file order
     line_numbers: array[int]  # by conversation number
     store: LineStore
+    plain: bool  # no line sets its conversation's own fields: read back as plain records
 
     def line_of(self, sid: str) -> int:
         return self.line_numbers[self.ids[sid]]
@@ -57,9 +58,9 @@ class DagLines:
         for (sid, number), line in zip(self.ids.items(), self.store.lines(), strict=True):
             yield sid, payloads(self._record(sid, number, line), intern)
 
-    def _record(self, sid: str, number: int, line: bytes) -> Sendable:
+    def _record(self, sid: str, number: int, line: bytes) -> PlainSendable:
         try:
-            record = sendable(line)
+            record = sendable(line, self.plain)
         except (msgspec.ValidationError, msgspec.DecodeError):
             record = None
         if record is None or record.session_id != sid:
@@ -110,7 +111,8 @@ def read_dag_jsonl(lines: Iterable[bytes] | BinaryIO, source: str) -> DagDataset
     referenced = np.zeros(len(sids), bool)
     referenced[edges.child] = True
     roots = np.flatnonzero(~referenced)
-    kept = DagLines(reading.ids, reading.line_numbers, reading.store)
+    plain = not reading.noted.own_fields
+    kept = DagLines(reading.ids, reading.line_numbers, reading.store, plain)
     models = frozenset(reading.models)
     return DagDataset(
         source, kept, reading.turns, edges, models, roots, [sids[i] for i in roots.tolist()]

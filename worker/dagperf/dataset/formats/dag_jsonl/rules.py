@@ -124,7 +124,8 @@ def _branch_entry_problems(where: str, k: int, last: int, turn: TurnRecord[Any])
 
 @dataclass
 class Noted:
-    """What the whole-file rules need of some sessions, noted as their lines are read."""
+    """What the whole-file rules need of some sessions, noted as their lines are read, and
+    whether the lines must be read back with their conversations' own fields."""
 
     # The positions of the system messages in turn 0, where there are any.
     opening_system: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -133,11 +134,14 @@ class Noted:
     # Sessions whose line failed its schema: references to them are not reported as
     # undeclared, since that line already has its own error.
     unparsed: set[str] = field(default_factory=set)
+    # Whether a line sets a field of its conversation's own (`ConversationRecord`).
+    own_fields: bool = False
 
     def update(self, other: Noted) -> None:
         self.opening_system.update(other.opening_system)
         self.isolated |= other.isolated
         self.unparsed |= other.unparsed
+        self.own_fields |= other.own_fields
 
 
 def file_problems(
