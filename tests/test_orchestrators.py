@@ -4,13 +4,17 @@ after its think time, fixed or drawn), and every rule an orchestrator line is he
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dagperf.engine.think import ThinkTimes
 from dagperf.graph import SENDS_NOTHING, Gate, compile_dag_jsonl
+from dagperf.simulator import SimConfig, running_simulator
 
 from dagfile import check_tree, conv, load, problems, stats, turn
 from dispatch_harness import Harness
+from runs import profile
 
 
 def spine(sid: str = "o", **fields) -> dict:
@@ -301,3 +305,24 @@ def test_a_spine_in_a_large_file_read_by_blocks_and_halves(monkeypatch, tmp_path
         # Read back with the conversations' own fields (o2's rounds), the second half's too.
         trees = dict(zip(dataset.roots, graph.trees, strict=True))
         assert trees["o2"].gates == 3 and trees["o2"].requests == 2
+
+
+async def test_a_spine_s_records_carry_the_think_times_drawn_so_its_arrival_check_passes(
+    tmp_path,
+):
+    """A round's requests are due its gate's think time, as drawn, after the round before
+    drained: the records say so in delay_ms, and the health check holds them to it (it failed
+    every spine before, each request "late" by its think time)."""
+    line = spine(spawns=["a"], rounds=2, think_time_ms=100, think_time_sigma=0.5)
+    async with running_simulator(SimConfig(ttft_ms=5, itl_ms=1)) as sim:
+        run = await profile(sim, tmp_path, [line, conv("a")], "--random-seed", "3")
+    assert run.returncode == 0, run.stderr
+    delays = sorted(
+        (r["metadata"]["branch_id"], r["metadata"]["delay_ms"]) for r in run.named("a:0")
+    )
+    drawn = [ThinkTimes(3).draw(Gate(sigma=0.5), 0.1, 0, k) * 1000 for k in (0, 1)]
+    assert [b for b, _ in delays] == ["o:0", "o:1"]
+    assert [d for _, d in delays] == pytest.approx(drawn) and drawn[0] != drawn[1]
+    health = json.loads((run.directory / "health_check.json").read_text())
+    (arrival,) = [c for c in health["checks"] if c["name"] == "intra_session_arrival"]
+    assert arrival["status"] == "pass", arrival["summary"]

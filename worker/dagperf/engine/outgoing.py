@@ -55,7 +55,7 @@ class Outgoing:
         spec = run.tree.nodes[node]
         delay = spec.delay_s
         if spec.gate is not None:
-            delay = self._think.draw(spec.gate, delay, run.id - 1, spec.turn)
+            delay = run.drawn[node] = self._think.draw(spec.gate, delay, run.id - 1, spec.turn)
         elif delay and node in run.suspended:
             delay = 0.0  # a join its children held up goes as they end, as AIPerf sends it
             run.waived.add(node)

@@ -114,6 +114,7 @@ class TreeRun:
         "cancel_on_failure",
         "cancelled",
         "correlation",
+        "drawn",
         "id",
         "index",
         "measured",
@@ -160,6 +161,7 @@ class TreeRun:
         self.session_open = list(template.sizes)
         self.suspended: set[int] = set()  # join nodes whose parent waits on children
         self.waived: set[int] = set()  # joins sent without their delay (`Outgoing.ready`)
+        self.drawn: dict[int, float] = {}  # gate -> the seconds it waited, as drawn (`ready`)
         self.workers: set[str] = set()  # every worker that was sent a request of this run
         self.measured = False  # started while the profiling's window was open (`window`)
 

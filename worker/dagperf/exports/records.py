@@ -31,6 +31,7 @@ def record(
     run = flight.run
     tree = run.tree
     node = tree.nodes[flight.node]
+    delay_s = node.delay_s + (tree.gate_wait_s(flight.node, run.drawn) if tree.gates else 0.0)
     session = tree.sessions[node.session]
     parent = None if session.parent is None else run.correlation[session.parent]
     error = result.error
@@ -59,7 +60,8 @@ def record(
         "branch_mode": session.kind.value if session.kind is not SessionKind.ROOT else None,
         # The requests this one waited for: the export is a DAG that can be checked on its own.
         "depends_on": [run.request_ids[d] for d in tree.waited(flight.node) if run.request_ids[d]],
-        "delay_ms": 0.0 if flight.node in run.waived else node.delay_s * 1000,
+        # Its own delay, and the think times of the gates between (an orchestrator's rounds).
+        "delay_ms": 0.0 if flight.node in run.waived else delay_s * 1000,
         # How many records will name this one: the health check forgets it after the last.
         "dependents": tree.named_by(flight.node),
         # What the health check compares the output length with, whatever the API calls it.

@@ -31,7 +31,7 @@ compiled before the first request); what the run must know of every tree up fron
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -165,6 +165,25 @@ class Tree:
             else:
                 stack.extend((g, joined) for g in gate.deps)
         return Waits(tuple(sorted(out_deps)), tuple(sorted(out_joins)), delay)
+
+    def gate_wait_s(self, i: int, drawn: Mapping[int, float]) -> float:
+        """The longest chain of gate waits between node i and the requests it waits for, each
+        gate's as `drawn` (its median where not drawn): with node i's own delay, how long after
+        the last of those requests ended it is due."""
+        longest: dict[int, float] = {}
+
+        def through(d: int) -> float:
+            gate = self.nodes[d]
+            if gate.gate is None:
+                return 0.0
+            if d not in longest:
+                before = gate.join_deps or gate.deps
+                wait = drawn.get(d, gate.delay_s)
+                longest[d] = wait + max((through(g) for g in before), default=0.0)
+            return longest[d]
+
+        node = self.nodes[i]
+        return max((through(d) for d in (*node.deps, *node.join_deps)), default=0.0)
 
     def waited(self, i: int) -> tuple[int, ...]:
         """The requests node i's record names as waited for. Seen through gates, one request
