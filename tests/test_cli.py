@@ -121,7 +121,7 @@ def test_a_slice_duration_must_be_a_positive_number_of_seconds(tmp_path):
     )
     for bad in ("0", "-1", "inf"):
         result = run("profile", "--input-file", str(dataset), "--slice-duration", bad)
-        assert result.returncode == 2 and "--slice-duration: a number of seconds" in result.stderr
+        assert result.returncode == 2 and "--slice-duration: Input should be" in result.stderr
 
 
 def test_a_run_works_when_the_temporary_directory_is_too_deep_for_a_socket(tmp_path):

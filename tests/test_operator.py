@@ -430,7 +430,7 @@ async def test_server_metrics_are_scraped_from_each_running_backend_pod_directly
     command = container["command"]
     urls = [command[i + 1] for i, flag in enumerate(command) if flag == "--server-metrics-url"]
     assert urls == ["http://10.0.0.7:8000/metrics", "http://10.0.0.8:8000/metrics"]
-    assert command[command.index("--server-metrics-interval") + 1] == "2"
+    assert float(command[command.index("--server-metrics-interval") + 1]) == 2
     assert command[command.index("--backend-header") + 1] == "x-pod"
 
 

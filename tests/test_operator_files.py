@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
 from dagperf.dataset.formats.dag_jsonl import load_dag_jsonl
 from dagperf.vocabulary.keys import KeySet
@@ -330,43 +331,77 @@ HEALTH_SAMPLES = {
 }  # fmt: skip
 
 
-def _camel(name: str) -> str:
-    return name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
+# Every other option a Benchmark can say, with a value unlike its default, by section.
+SAMPLES = {
+    "load": LOAD_SAMPLES,
+    "health": HEALTH_SAMPLES,
+    "endpoint": {
+        "url": "http://llm:8000", "model": "m", "endpoint_type": "completions",
+        "endpoint": "/v2/complete", "streaming": False, "extra_inputs": {"top_k": 5, "x": "y"},
+        "request_timeout_seconds": 1800.0, "session_affinity_headers": ["X-Routing-Key"],
+        "backend_headers": ["X-Backend", "X-Pod"],
+    },
+    "dataset": {"custom_dataset_type": "multi_turn", "use_think_time_only": True},
+    "verdict": {"max_error_rate": 0.2, "goodput": {"time_to_first_token": 200.0,
+                                                   "output_token_throughput_per_user": 30.0}},
+    "runs": {"num_profile_runs": 3, "confidence_level": 0.9, "slice_duration": 2.5},
+    "server_metrics": {"server_metrics_interval": 5.0},
+    "output": {"report": False},
+}  # fmt: skip
 
 
-def test_every_load_and_health_option_goes_from_a_benchmark_to_the_scheduler_s_flags(tmp_path):
-    """One options model: each field of the CLI's LoadConfig and HealthOptions is a Benchmark
-    field (by the CRD's name), as are --goodput and --max-error-rate, and each reaches the
-    scheduler pod as the flag the CLI parses back to the same value."""
+def _as_benchmark(section: str, values: dict) -> dict:
+    """Sample options as a Benchmark writes them: its names for the fields, in camelCase."""
+    from dagperf.options import CONCERNS
+    from dagperf.vocabulary.options import option
+
+    fields = CONCERNS[section].model.model_fields
+    names = {f: option(fields[f]).benchmark or f for f in values}
+    return {to_camel(names[f]): v for f, v in values.items()}
+
+
+def test_every_option_a_benchmark_says_reaches_the_scheduler_as_the_cli_reads_it():
+    """One options model per concern: each of its fields a Benchmark can say (every one not
+    declared local-only) has a sample here, is a field of the CRD under the Benchmark's name,
+    and reaches the scheduler pod as the flags the CLI parses back to the same options."""
     from dagperf.cli import build_parser
-    from dagperf.cli.benchmark import report_options
-    from dagperf.cli.flags import model_from_flags
-    from dagperf.health import HealthOptions
-    from dagperf.vocabulary.config import LoadConfig
-    from dagperf_operator.spec import LOAD_NAMES
+    from dagperf.cli.run_options import run_options
+    from dagperf.options import CONCERNS
+    from dagperf.vocabulary.options import options
 
-    assert set(LOAD_SAMPLES) == set(LoadConfig.model_fields), "a sample for every option"
-    assert set(HEALTH_SAMPLES) == set(HealthOptions.model_fields), "a sample for every option"
     crd = yaml.safe_load(crd_yaml())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    load = {_camel(LOAD_NAMES.get(f, f)): v for f, v in LOAD_SAMPLES.items()}
-    health = {_camel(f): v for f, v in HEALTH_SAMPLES.items()}
-    assert set(load) <= set(schema["properties"]["load"]["properties"])
-    assert set(health) <= set(schema["properties"]["health"]["properties"])
-    goodput = {"time_to_first_token": 200.0, "output_token_throughput_per_user": 30.0}
-    spec = BenchmarkSpec.model_validate({
-        "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
-        "load": load, "health": health,
-        "verdict": {"maxErrorRate": 0.05, "goodput": goodput},
-    })  # fmt: skip
+    body = {"dataset": {"configMapRef": {"name": "d"}}, "results": {"report": False},
+            "serverMetrics": {"selector": {"app": "llm"}, "port": 8000}}  # fmt: skip
+    for section, concern in CONCERNS.items():
+        if concern.section is None:
+            continue
+        sayable = {name for name, _, opt in options(concern.model) if not opt.local}
+        assert set(SAMPLES[section]) == sayable, f"a sample for every {section} option"
+        written = _as_benchmark(section, SAMPLES[section])
+        key = to_camel(concern.section)
+        assert set(written) <= set(schema["properties"][key]["properties"]), section
+        body[key] = body.get(key, {}) | written
+    spec = BenchmarkSpec.model_validate(body)
     command = pod_commands.scheduler_command("demo", spec, "d.jsonl", OperatorSettings())
+    assert command[:2] == ["dagperf", "profile"]  # repeated runs: one pod, local workers
     parser = build_parser()
-    args = parser.parse_args(command[1:])
-    assert model_from_flags(parser, args, LoadConfig) == LoadConfig(**LOAD_SAMPLES)
-    health_read = model_from_flags(parser, args, HealthOptions, prefix="health_")
-    assert health_read == HealthOptions(**HEALTH_SAMPLES)
-    report = report_options(parser, args, tmp_path)
-    assert (report["max_error_rate"], report["goodput"]) == (0.05, goodput)
+    read = run_options(parser, parser.parse_args(command[1:]))
+    worker = parser.parse_args(pod_commands.worker_command(spec, "tcp://demo:5555")[1:])
+    assert (worker.url, worker.endpoint) == ("http://llm:8000", "/v2/complete")  # its own
+    for section, concern in CONCERNS.items():
+        if concern.section is None:
+            continue
+        expected = concern.model(**{**_local_fields(getattr(read, section)), **SAMPLES[section]})
+        assert getattr(read, section) == expected, section
+        assert spec.options(concern.section) == concern.model(**SAMPLES[section]), section
+
+
+def _local_fields(values) -> dict:
+    """The options the operator sets itself (where the pod's files are, its ports)."""
+    from dagperf.vocabulary.options import options
+
+    return {n: getattr(values, n) for n, _, opt in options(type(values)) if opt.local}
 
 
 def test_the_report_is_written_where_the_files_are_kept():
@@ -407,7 +442,7 @@ def test_a_benchmark_places_its_pods_where_it_says():
 
 
 def test_goodput_names_only_metrics_an_objective_can_name():
-    with pytest.raises(ValueError, match="ttft is not a metric an objective can name"):
+    with pytest.raises(ValueError, match=r"verdict\.goodput: 'ttft' is not a metric an objective"):
         BenchmarkSpec.model_validate({
             "endpoint": {"url": "http://llm:8000"}, "dataset": {"configMapRef": {"name": "d"}},
             "verdict": {"goodput": {"ttft": 200.0}},
@@ -435,15 +470,15 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
     from dagperf.cli import build_parser
 
     spec = search_spec(parameter="session_rate", min=2, max=40, precision=0.1,
-                       maxStepDuration=120, confidence=0.9)  # fmt: skip
+                       maxStepDuration=120)  # fmt: skip
     settings = OperatorSettings()
     command = pod_commands.scheduler_command("demo", spec, "d.jsonl", settings)
     assert command[:2] == ["dagperf", "search"] and "--bind" not in command
     args = build_parser().parse_args(command[1:])
-    assert args.slo == "time_to_first_token:p99:500 error_rate:max:0.01"
+    assert args.slo == [["time_to_first_token:p99:500", "error_rate:max:0.01"]]
     assert (args.search_parameter, args.search_min, args.search_max) == ("session_rate", 2, 40)
     assert (args.search_precision, args.sweep, args.workers) == (0.1, None, 3)
-    assert (args.max_step_duration, args.confidence_level) == (120, 0.9)
+    assert args.max_step_duration == 120
     assert args.summary_file is not None and args.keys is not None
     pod = manifests.scheduler_job("demo", spec, "d.jsonl", settings)["spec"]["template"]["spec"]
     (keys,) = [v for v in pod["volumes"] if v["name"] == "keys"]
@@ -463,8 +498,8 @@ def test_a_search_benchmark_runs_dagperf_search_in_one_pod_with_local_workers(tm
     [
         ({"slo": ["ttft:p99:1"]}, {}, "unknown metric 'ttft'"),
         ({"slo": []}, {}, "at least 1 item"),
-        ({"min": 8, "max": 2}, {}, "min 8 is above max 2"),
-        ({"sweep": [1, 2.5]}, {}, "whole numbers for a concurrency"),
+        ({"min": 8, "max": 2}, {}, "search.max: 2 is below the lowest load, 8"),
+        ({"sweep": [1, 2.5]}, {}, "search.sweep: a concurrency is a whole number"),
         ({}, {"load": {"concurrency": 4}}, "load.concurrency: the search sets it"),
         (
             {"parameter": "session_rate"},

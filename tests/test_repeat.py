@@ -102,7 +102,10 @@ def test_when_too_few_runs_finish_there_is_no_aggregate_and_the_exit_says_so(tmp
 @pytest.mark.parametrize(
     ("flags", "complaint"),
     [
-        (["--num-profile-runs", "0"], "--num-profile-runs: must be at least 1"),
+        (
+            ["--num-profile-runs", "0"],
+            "--num-profile-runs: Input should be greater than or equal to 1",
+        ),
         (["--num-profile-runs", "3", "--confidence-level", "1.5"], "--confidence-level"),
     ],
 )

@@ -3,8 +3,9 @@
 What it reads of the runtime, and nothing else (`tests/test_project.py` holds its imports to
 this list, import-linter's contract keeps the engine, the roles and the wire out): the shared
 vocabulary, the table of APIs and of dataset formats, a dataset's loading and the load it can
-run (to refuse a Benchmark before a pod starts), the health checks' options, a search's
-objectives and its load rules, and the verdict's default.
+run (to refuse a Benchmark before a pod starts), the run's options models (whose fields its
+spec's sections are, and whose flags its pods' command lines are), a search's objectives and
+its load rules, and the verdict's default.
 """
 
 RUNTIME_SURFACE = (
@@ -15,6 +16,7 @@ RUNTIME_SURFACE = (
     "dagperf.graph",
     "dagperf.fetch",
     "dagperf.load",
+    "dagperf.options",
     "dagperf.health.report",
     "dagperf.search.objectives",
     "dagperf.search.plan",

@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from dagperf_operator.spec import BenchmarkSpec, BenchmarkStatus
+from dagperf_operator.spec import BenchmarkSpec
+from dagperf_operator.status_model import BenchmarkStatus
 
 GROUP = "dagperf.io"
 VERSION = "v1alpha1"

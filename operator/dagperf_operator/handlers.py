@@ -225,7 +225,9 @@ def _launch(
         manifests.results_claim(name, spec),
         manifests.scheduler_service(name, settings),
         manifests.scheduler_job(name, spec, key, settings, scrape),
-        None if spec.search else manifests.worker_deployment(name, namespace, spec, settings),
+        None
+        if spec.local_workers
+        else manifests.worker_deployment(name, namespace, spec, settings),
     ]
     for obj in objects:
         if obj is not None:

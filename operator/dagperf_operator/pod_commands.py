@@ -1,9 +1,9 @@
 """What a Benchmark's pods run: their command lines, and the paths in the pods those name.
 
-The scheduler's flags are made from the same flat models the CLI makes its flags from
-(`model_flags`), so a Benchmark field reaches the scheduler exactly as the command line would
-give it; tests parse these commands with the CLI's own parser. The paths are where the pod specs
-(pod_specs.py) mount what the commands read and write.
+The scheduler's flags are made from the same options models the CLI makes its flags from
+(`dagperf.options`, rendered by `as_flags`), so a Benchmark field reaches the scheduler exactly
+as the command line would give it; tests parse these commands with the CLI's own parser. The
+paths are where the pod specs (pod_specs.py) mount what the commands read and write.
 
 A dataset named by a URL is fetched by `dagperf fetch`, whose URL comes from its environment,
 not its command line: the URL's query may be a presigned URL's signature.
@@ -11,16 +11,23 @@ not its command line: the URL's query may be a presigned URL's signature.
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from dagperf.fetch import file_name
+from dagperf.options import (
+    CONCERNS,
+    SEARCH,
+    DatasetOptions,
+    LogOptions,
+    OutputOptions,
+    ServerMetricsOptions,
+)
+from dagperf.options.role import SchedulerRoleOptions
 from dagperf.sources import SESSION_CONFIG
-from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
+from dagperf.vocabulary.options import as_flags
 from dagperf_operator.settings import OperatorSettings
-from dagperf_operator.spec import BenchmarkSpec, UrlRef, health_options, load_config
+from dagperf_operator.spec import BenchmarkSpec, UrlRef
 
 DATASET_DIR = "/dataset"
 TOKENIZER_FILE = "/tokenizer/tokenizer.json"
@@ -30,34 +37,12 @@ KEYS_DIR = "/etc/dagperf/keys"
 DATASET_URL_ENV = "DAGPERF_DATASET_URL"
 
 
-def model_flags(options: BaseModel, prefix: str = "") -> list[str]:
-    """The flags that give the scheduler these options (one of the CLI's flat models): one per
-    option not at its default, named as the CLI generates them from the same model."""
-    flags: list[str] = []
-    for name, value in options.model_dump().items():
-        if value is None or value == type(options).model_fields[name].default:
-            continue
-        flag = prefix + name.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(f"--{flag}" if value else f"--no-{flag}")
-        else:
-            flags += [f"--{flag}", str(value)]
-    return flags
-
-
 def _dataset_file(spec: BenchmarkSpec, dataset_key: str | None) -> str:
     """Where the scheduler reads the dataset: under DATASET_DIR, a ConfigMap's key, a path on a
     claim, or the file the init container fetched from a URL."""
     if spec.dataset.url is not None:
         return f"{DATASET_DIR}/{file_name(spec.dataset.url.url)}"
     return f"{DATASET_DIR}/{dataset_key}"
-
-
-def _dataset_flags(spec: BenchmarkSpec, dataset_key: str | None) -> list[str]:
-    where = _dataset_file(spec, dataset_key)
-    if spec.dataset.type == SESSION_CONFIG:
-        return ["--session-config", where]
-    return ["--input-file", where, "--custom-dataset-type", spec.dataset.type]
 
 
 def fetch_command(spec: BenchmarkSpec, url: UrlRef) -> list[str]:
@@ -74,65 +59,66 @@ def scheduler_command(
     settings: OperatorSettings,
     scrape: tuple[str, ...] = (),
 ) -> list[str]:
-    """`scrape`: the metrics URLs of the backend pods (see `server_metrics_urls`)."""
-    endpoint = spec.endpoint
-    command = ["dagperf", "search" if spec.search else "scheduler"]
-    command += _dataset_flags(spec, dataset_key)
-    command += ["--url", endpoint.url, "--endpoint-type", endpoint.type]
-    if endpoint.model:
-        command += ["--model", endpoint.model]
-    if endpoint.streaming:
-        command.append("--streaming")
-    if endpoint.extra_inputs:
-        command += ["--extra-inputs", json.dumps(endpoint.extra_inputs, sort_keys=True)]
-    for header in endpoint.backend_headers:
-        command += ["--backend-header", header]
-    for url in scrape:
-        command += ["--server-metrics-url", url]
-    if scrape and spec.server_metrics is not None:
-        command += ["--server-metrics-interval", f"{spec.server_metrics.interval_seconds:g}"]
-    if spec.dataset.tokenizer is not None:
-        command += ["--tokenizer", TOKENIZER_FILE]
-    command += model_flags(load_config(spec.load))
-    command += model_flags(health_options(spec.health), prefix="health-")
-    verdict = spec.verdict
-    if verdict.max_error_rate != DEFAULT_MAX_ERROR_RATE:
-        command += ["--max-error-rate", str(verdict.max_error_rate)]
-    if verdict.goodput:
-        command += ["--goodput", " ".join(f"{m}:{v}" for m, v in sorted(verdict.goodput.items()))]
-    if spec.results.report and spec.results.persistent_volume_claim is not None:
-        command.append("--report")
-    if spec.search is not None:  # one pod: its workers are local processes
-        command += [*spec.search.flags(), "--workers", str(spec.workers.processes_per_pod)]
+    """The scheduler pod's: `dagperf scheduler` for worker pods to join, or, when one pod runs
+    it all (a search, repeated runs), `dagperf search` or `dagperf profile` with local worker
+    processes. Every option a Benchmark says is the flag its options model generates; the
+    rest, the local-only options, are the operator's. `scrape`: the metrics URLs of the
+    backend pods (see `server_metrics_urls`)."""
+    role = "search" if spec.search else "profile" if spec.local_workers else "scheduler"
+    command = ["dagperf", role, *_local_options(name, spec, dataset_key, settings, scrape)]
+    for concern in (*CONCERNS.values(), SEARCH):
+        given = spec.options(concern.section) if concern.section else None
+        command += as_flags(given, concern.prefix) if given is not None else []
+    if spec.local_workers:  # one pod: its workers are local processes
+        command += ["--workers", str(spec.workers.processes_per_pod)]
     else:
-        expected = spec.workers.replicas * spec.workers.processes_per_pod
-        command += ["--bind", f"tcp://0.0.0.0:{settings.zmq_port}"]
-        command += ["--workers-expected", str(expected), "--registration-timeout", "600"]
-    command += [
-        "--keys",
-        KEYS_DIR,
-        "--artifact-dir",
-        f"{RESULTS_DIR}/{name}",
-        "--metrics-host",
-        "0.0.0.0",
-        "--metrics-port",
-        str(settings.metrics_port),
-        "--metrics-linger",
-        str(settings.metrics_linger_s),
-        "--summary-file",
-        TERMINATION_LOG,
-        "--benchmark-name",
-        name,
-        "--log-format",
-        "json",
-        "--quiet",
+        waiting = SchedulerRoleOptions(
+            bind=f"tcp://0.0.0.0:{settings.zmq_port}",
+            workers_expected=spec.workers.replicas * spec.workers.processes_per_pod,
+            registration_timeout=600,
+        )
+        command += as_flags(waiting, local=True)
+    return [*command, "--keys", KEYS_DIR]
+
+
+def _local_options(
+    name: str,
+    spec: BenchmarkSpec,
+    dataset_key: str | None,
+    settings: OperatorSettings,
+    scrape: tuple[str, ...],
+) -> list[str]:
+    """The flags of the options no Benchmark field says: where the pod's files are, its ports,
+    the servers' metrics URLs the operator found, and its JSON logs."""
+    where = _dataset_file(spec, dataset_key)
+    session_config = spec.dataset.type == SESSION_CONFIG
+    dataset = DatasetOptions(
+        input_file=None if session_config else where,
+        session_config=where if session_config else None,
+        tokenizer=TOKENIZER_FILE if spec.dataset.tokenizer is not None else None,
+    )
+    output = OutputOptions(
+        artifact_dir=Path(f"{RESULTS_DIR}/{name}"),
+        quiet=True,
+        summary_file=Path(TERMINATION_LOG),
+        benchmark_name=name,
+        metrics_port=settings.metrics_port,
+        metrics_linger=settings.metrics_linger_s,
+    )
+    servers = ServerMetricsOptions(server_metrics_url=list(scrape))
+    return [
+        *as_flags(dataset, local=True),
+        *as_flags(servers, local=True),
+        *as_flags(output, local=True),
+        *as_flags(LogOptions(log_format="json"), local=True),
     ]
-    return command
 
 
 def worker_command(spec: BenchmarkSpec, scheduler: str) -> list[str]:
     """A worker pod's, registering with the scheduler at the ZeroMQ address `scheduler` under
-    its pod's name (POD_NAME in its environment)."""
+    its pod's name (POD_NAME in its environment). Where its requests go (the URL and the
+    request path) is the worker's own setting, as the API key is: never the scheduler's."""
+    path = spec.endpoint.path
     return [
         "dagperf",
         "worker",
@@ -148,6 +134,7 @@ def worker_command(spec: BenchmarkSpec, scheduler: str) -> list[str]:
         str(spec.workers.processes_per_pod),
         "--log-format",
         "json",
+        *(["--endpoint", path] if path else []),
     ]
 
 

@@ -180,7 +180,7 @@ def scheduler_pod(
         {"name": "results", "mountPath": RESULTS_DIR},
         KEYS_MOUNT,
     ]
-    if spec.endpoint.model is None or spec.search:  # it lists models / its workers send
+    if spec.endpoint.model is None or spec.local_workers:  # it lists models / its workers send
         container["env"] += _api_key_env(spec)
     container["terminationMessagePath"] = TERMINATION_LOG
     container["terminationMessagePolicy"] = "File"
@@ -205,7 +205,7 @@ def scheduler_pod(
         "volumes": [
             results,
             {"name": "scratch", "emptyDir": {}},
-            _keys_volume(keys_secret, FILES if spec.search else SCHEDULER_FILES),
+            _keys_volume(keys_secret, FILES if spec.local_workers else SCHEDULER_FILES),
             *volumes,
         ],
     }

@@ -25,8 +25,9 @@ from dagperf.fetch import FetchError, local_copy, shown
 from dagperf.graph import RequestGraph
 from dagperf.load import LoadError, resolve_load
 from dagperf.sources import SESSION_CONFIG, load_graph, parse_graph, parse_synthetic_graph
+from dagperf.vocabulary.config import LoadConfig
 from dagperf_operator.kube import Kube
-from dagperf_operator.spec import BenchmarkSpec, load_config
+from dagperf_operator.spec import BenchmarkSpec, as_options
 from dagperf_operator.status import dataset_problems_message
 
 
@@ -66,7 +67,7 @@ def _runnable(
         problems = [p.short() for p in e.problems]
         return Checked("InvalidDataset", dataset_problems_message(problems))
     try:
-        resolve_load(load_config(spec.load), graph)
+        resolve_load(as_options(spec.load, LoadConfig), graph)
     except LoadError as e:
         return Checked("InvalidLoad", f"load: {e}")
     return Checked(None, message, key)

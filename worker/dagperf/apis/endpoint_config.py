@@ -4,13 +4,15 @@ record it with the API key redacted). Its type is a key of the table of APIs."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from dagperf.apis import APIS, described, unknown
 from dagperf.vocabulary.config import MAX_SECONDS, api_key_problem, header_names
+from dagperf.vocabulary.options import Option
 
 # The request headers that routers people run read as a session key (docs/backends.md has the
 # table): vLLM Router's consistent_hash (X-Session-ID, before the unique X-Request-ID it would
@@ -24,41 +26,92 @@ AFFINITY_HEADERS = (
 )
 
 
-class EndpointConfig(BaseModel):
-    """The server under test and the shape of the requests sent to it."""
+def extra_input(text: str) -> dict[str, Any]:
+    """One --extra-inputs: KEY:VALUE (VALUE read as JSON when it is JSON), or a JSON object."""
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"not a JSON object: {e}") from None
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        return value
+    key, sep, raw = text.partition(":")
+    if not sep or not key:
+        raise ValueError(f"expected KEY:VALUE or a JSON object, got {text!r}")
+    try:
+        return {key: json.loads(raw)}
+    except ValueError:
+        return {key: raw}
+
+
+_SECRET = (
+    "a Benchmark names a Secret instead (endpoint.apiKeySecretRef), given to the worker pods "
+    "only as an environment variable: a key in a spec or a command line is readable by anyone "
+    "who can read pods"
+)
+
+
+class EndpointOptions(BaseModel):
+    """The server under test and the shape of the requests sent to it, as a run is asked for
+    them: its URL and model may still be unknown (the simulator's, the server's first)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str = Field(description="Server base URL; a missing scheme means http://.")
-    endpoint_type: str = Field(
-        default="chat", description=f"The API to call (`dagperf.apis`): {described()}."
+    url: str | None = Field(
+        default=None,
+        description="The server's base URL; a missing scheme means http:// (`dagperf profile` "
+        "without one: the built-in simulator).",
     )
-    endpoint: str | None = Field(
-        default=None, description="Request path, when not the standard one for the type."
+    model: Annotated[str | None, Option(aliases=("-m",))] = Field(
+        default=None,
+        min_length=1,
+        description="The model for turns that name none (default: the first the server lists).",
     )
-    model: str = Field(min_length=1, description="Model name for turns that do not set one.")
-    streaming: bool = Field(default=False, description="Stream responses (server-sent events).")
-    api_key: SecretStr | None = Field(default=None, description="Bearer token for the server.")
-    extra_inputs: dict[str, Any] = Field(
+    endpoint_type: Annotated[
+        str, Option(benchmark="type", choices=lambda: tuple(APIS), described=described)
+    ] = Field(default="chat", description="The API to call")
+    endpoint: Annotated[str | None, Option(metavar="PATH", benchmark="path")] = Field(
+        default=None, description="The request path, when not the standard one for the type."
+    )
+    streaming: Annotated[bool, Option(benchmark_default=True)] = Field(
+        default=False,
+        description="Stream responses (server-sent events); time to first token needs it (a "
+        "Benchmark streams unless it says false).",
+    )
+    api_key: Annotated[SecretStr | None, Option(local=_SECRET)] = Field(
+        default=None, description="The bearer token (default: $OPENAI_API_KEY)."
+    )
+    extra_inputs: Annotated[
+        dict[str, Any],
+        Option(
+            metavar="KEY:VALUE", parse=extra_input, render=lambda v: json.dumps(v, sort_keys=True)
+        ),
+    ] = Field(
         default_factory=dict,
-        description="Fields added to every request body; a turn's own `extra` wins.",
+        description="Fields added to every request body (repeatable: KEY:VALUE, VALUE read as "
+        "JSON when it is, or a whole JSON object); a turn's own `extra` wins.",
     )
-    request_timeout_seconds: float = Field(
+    request_timeout_seconds: Annotated[float, Option(metavar="S")] = Field(
         default=600.0,
         gt=0,
         le=MAX_SECONDS,
         allow_inf_nan=False,
-        description="Per-request timeout, from send to the last byte.",
+        description="A request with no complete response within this many seconds of being "
+        "sent fails with a TimeoutError record.",
     )
-    session_affinity_headers: list[str] = Field(
+    session_affinity_headers: Annotated[
+        list[str], Option(flag="session-affinity-header", metavar="NAME")
+    ] = Field(
         default_factory=lambda: list(AFFINITY_HEADERS),
-        description="Headers carrying each request's routing key (a FORK tree's root key), so "
-        "session-affine and KV-aware routers keep a tree on one backend; empty to send none.",
+        description="Request headers carrying each request's routing key, a FORK tree's root "
+        "key, so session-affine and KV-aware routers keep a tree on one backend (repeatable; "
+        "'' sends none); see docs/backends.md.",
     )
-    backend_headers: list[str] = Field(
+    backend_headers: Annotated[list[str], Option(flag="backend-header", metavar="NAME")] = Field(
         default_factory=list,
-        description="Response headers that name the backend (pod) that served a request, "
-        "tried in order; without one, the address that answered names it.",
+        description="Response headers naming the backend (pod) that served each request, tried "
+        "in order (repeatable; default: the address that answered); see docs/backends.md.",
     )
 
     @field_validator("endpoint_type")
@@ -86,7 +139,9 @@ class EndpointConfig(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def _with_scheme(cls, url: str) -> str:
+    def _with_scheme(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
         url = url.strip().rstrip("/")
         if "://" not in url:
             url = "http://" + url
@@ -96,10 +151,17 @@ class EndpointConfig(BaseModel):
         return url
 
     @model_validator(mode="after")
-    def _endpoint_path(self) -> EndpointConfig:
+    def _endpoint_path(self) -> Self:
         if self.endpoint is not None and not self.endpoint.startswith("/"):
             raise ValueError(f"endpoint must be a path starting with '/', got {self.endpoint!r}")
         return self
+
+
+class EndpointConfig(EndpointOptions):
+    """The server under test and the shape of the requests sent to it, once a run knows them."""
+
+    url: str = Field(description="Server base URL; a missing scheme means http://.")
+    model: str = Field(min_length=1, description="Model name for turns that do not set one.")
 
     @property
     def request_url(self) -> str:

@@ -1,13 +1,15 @@
 """The `dagperf` command: one subcommand per role or tool, each a thin shell over a library call.
 
-Flags follow `aiperf profile` where a concept is shared. The load flags are generated from
-`LoadConfig`, the health tolerances' from `HealthOptions` and the simulator's from `SimConfig`
-(`flags`), so a flag and the model it fills cannot drift apart.
+Flags follow `aiperf profile` where a concept is shared. A run's flags are generated from its
+options models (`dagperf.options`, one per concern) and the simulator's from `SimConfig`, so a
+flag and the model it fills cannot drift apart, nor a flag and its Benchmark field.
 
 - `flags`: flags generated from pydantic models, and the flags every role shares (keys, logs).
-- `benchmark`: what every command that runs a benchmark takes and does (dataset, endpoint,
-  output, metrics; the artifact directory; the verdict's exit code).
-- `roles`: `profile` (all on this machine), `scheduler` and `worker`.
+- `run_options`: a run's flags, and the options they give, by concern.
+- `plan`: what a run is from its options: its graph, its load, its endpoint, its settings.
+- `artifacts`: where its files go; `outcome`: its summary, health checks and exit code.
+- `local_run`: a run on this machine, its processes and plan (`profile`'s and `search`'s).
+- `profile`, `search`: the commands on one machine; `roles`: `scheduler` and `worker`.
 - `tools`: `validate`, `fetch`, `health`, `report`, `keys` and `simulate`.
 - `usage`: the subcommands' parser: a mistyped flag is named with the flag it likely meant.
 """
@@ -18,7 +20,8 @@ import argparse
 from collections.abc import Sequence
 
 from dagperf import __version__
-from dagperf.cli.roles import add_profile, add_scheduler, add_worker
+from dagperf.cli.profile import add_profile
+from dagperf.cli.roles import add_scheduler, add_worker
 from dagperf.cli.search import add_search
 from dagperf.cli.tools import (
     add_fetch,

@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import types
 import typing
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from dagperf.cli.usage import CommandParser
-from dagperf.runtime.logs import LOG_FORMATS
+from dagperf.options.output import LogOptions
 from dagperf.vocabulary.keys import KEYS_ENV, KeysError
+from dagperf.vocabulary.options import default_of, flag_name, item_type, options, scalar
 
-ENV_DEFAULTS = {"fail_fast": "DAGPERF_DAG_FAIL_FAST"}  # flags whose default an env var sets
-# Flags that also answer to another name: a rate of roots is a session rate.
-FLAG_ALIASES = {"request_rate": ("--session-rate",)}
-
+M = TypeVar("M", bound=BaseModel)
 
 Commands: TypeAlias = "argparse._SubParsersAction[CommandParser]"  # add_subparsers'
 
@@ -45,77 +42,101 @@ def role_keys(parser: argparse.ArgumentParser, args: argparse.Namespace, load: A
 
 
 def log_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default="text",
-        help="text, or JSON lines for CI and pods (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,  # `debug` as well as `DEBUG`, as logging's own names are written
-        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        help="the least severe log lines shown, on stderr (default: %(default)s)",
-    )
+    add_model_flags(parser, LogOptions, "logs")
 
 
 def add_model_flags(
-    parser: argparse.ArgumentParser, model: type[BaseModel], title: str, prefix: str = ""
+    parser: argparse.ArgumentParser,
+    model: type[BaseModel],
+    title: str,
+    prefix: str = "",
+    required: tuple[str, ...] = (),
+    defaults: dict[str, Any] | None = None,
 ) -> None:
-    """One flag per field of a flat pydantic model, with its description as the help."""
+    """One flag per field of a flat options model (`dagperf.vocabulary.options`): its
+    description as the help, its default shown (`defaults`: a command's own); a list or a map
+    as a repeatable flag."""
     group = parser.add_argument_group(title)
-    for name, field in model.model_fields.items():
-        flag = f"--{prefix}{name.replace('_', '-')}"
+    for name, field, opt in options(model):
+        flag = flag_name(name, field, prefix)
+        names = (flag, *(opt.aliases if not prefix else ()))
         dest = f"{prefix.replace('-', '_')}{name}"
-        kind = _scalar(field.annotation)
+        kind = scalar(field.annotation)
+        default = (defaults or {}).get(name, default_of(field))
+        help_text = (field.description or "") + (f": {opt.described()}." if opt.described else "")
+        help_text = help_text.replace("%", "%%")
         if kind is bool:
-            default = field.default
-            if env := ENV_DEFAULTS.get(name):
-                default = os.environ.get(env, "").lower() in ("1", "true", "yes") or default
-            group.add_argument(
-                flag,
-                dest=dest,
-                action=argparse.BooleanOptionalAction,
-                default=default,
-                help=field.description,
-            )
-        else:
-            shown = "" if field.default is None else " (default: %(default)s)"
-            choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
-            group.add_argument(
-                flag,
-                *(FLAG_ALIASES.get(name, ()) if not prefix else ()),
-                dest=dest,
-                type=str if choices else kind,
-                choices=choices,
-                default=field.default,
-                metavar=None if choices else name.upper(),
-                help=f"{field.description}{shown}",
-            )
+            if opt.env and os.environ.get(opt.env, "").lower() in ("1", "true", "yes"):
+                default = True
+            action = argparse.BooleanOptionalAction
+            group.add_argument(*names, dest=dest, action=action, default=default, help=help_text)
+            continue
+        choices = opt.choices() if opt.choices else None
+        if typing.get_origin(kind) is typing.Literal:
+            choices, kind = typing.get_args(kind), str
+        many = kind in (list, dict)  # repeatable: each occurrence an item, or a map to merge
+        if default not in (None, [], {}):
+            shown = ", ".join(map(str, default)) if kind is list else "%(default)s"
+            help_text += f" (default: {shown})"
+        group.add_argument(
+            *names,
+            dest=dest,
+            required=name in required or field.is_required(),
+            action="append" if many else "store",
+            type=_typed(opt.parse) if opt.parse else _item_or(field.annotation, many, kind),
+            choices=choices,
+            default=None if many else default,
+            metavar=None if choices else opt.metavar or name.upper(),
+            help=help_text,
+        )
 
 
-def _scalar(annotation: Any) -> Any:
-    """int for `int | None`, and so on."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return next(a for a in typing.get_args(annotation) if a is not type(None))
-    return annotation
+def _item_or(annotation: Any, many: bool, kind: Any) -> Any:
+    return item_type(annotation) if many else kind
+
+
+def _typed(parse: Any) -> Any:
+    """A parse function's ValueError as argparse's own complaint about the flag's value."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return convert
 
 
 def model_from_flags(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,
-    model: type[BaseModel],
+    model: type[M],
     prefix: str = "",
-) -> Any:
+    **given: Any,
+) -> M:
+    """The options the flags give (a flag not given: the field's default), or a usage error
+    naming the flag at fault. `given`: fields the command sets itself."""
+    values: dict[str, Any] = {}
+    for name, field, _ in options(model):
+        value = getattr(args, prefix + name)
+        if isinstance(value, list) and scalar(field.annotation) is dict:
+            value = {k: v for part in value for k, v in part.items()}
+        elif isinstance(value, list):  # a parse may give several items (`--slo "a b"`)
+            items = [i for part in value for i in (part if isinstance(part, list) else [part])]
+            value = [item for item in items if item != ""]  # `--flag ''`: none at all
+        if value is not None:
+            values[name] = value
     try:
-        return model(**{name: getattr(args, prefix + name) for name in model.model_fields})
+        return model(**(values | given))
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
+        message = first["msg"].removeprefix("Value error, ")
         if not first["loc"]:  # a rule across fields: its message names them
-            parser.error(first["msg"].removeprefix("Value error, "))
-        flag = f"--{prefix.replace('_', '-')}{str(first['loc'][0]).replace('_', '-')}"
-        parser.error(f"{flag}: {first['msg']}")
+            parser.error(message)
+        field_name = str(first["loc"][0])
+        info = model.model_fields.get(field_name)
+        flag = flag_name(field_name, info, prefix.replace("_", "-")) if info else field_name
+        parser.error(f"{flag}: {message}")
 
 
 def default_workers() -> int:

@@ -10,11 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-from dagperf.cli.benchmark import read_graph
 from dagperf.cli.flags import Commands, add_model_flags, model_from_flags
+from dagperf.cli.plan import read_graph
 from dagperf.dataset.formats import FORMATS
 from dagperf.fetch import FetchError, save, shown
 from dagperf.health import HealthOptions, health_command
+from dagperf.options import DatasetOptions
 from dagperf.simulator import SimConfig
 from dagperf.sources import summary
 from dagperf.vocabulary.keys import FILES, KeySet
@@ -181,7 +182,13 @@ def _keys(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    graph = read_graph(parser, args, out=sys.stdout)
+    dataset = DatasetOptions(
+        input_file=args.input_file,
+        input_sha256=args.input_sha256,
+        custom_dataset_type=args.custom_dataset_type,
+        session_config=args.session_config,
+    )
+    graph = read_graph(parser, dataset, out=sys.stdout)
     if graph is None:
         return 1
     name = args.session_config or shown(args.input_file)

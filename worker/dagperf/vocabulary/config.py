@@ -9,7 +9,11 @@ Field names follow `aiperf profile`'s flags, which users already know. The endpo
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dagperf.vocabulary.options import Option
 
 MAX_RATE = 1e6  # roots per second: past any endpoint, and a rate the clock can still space
 MAX_SECONDS = 30 * 86_400.0  # durations and timeouts: a month; inf or 1e308 would hang a timer
@@ -45,7 +49,7 @@ class LoadConfig(BaseModel):
         description="Seconds to grow --concurrency from 1 root to all of them, evenly, from the "
         "start of each phase (Veeksha's rampup_seconds).",
     )
-    request_rate: float | None = Field(
+    request_rate: Annotated[float | None, Option(aliases=("--session-rate",))] = Field(
         default=None,
         gt=0,
         le=MAX_RATE,
@@ -78,7 +82,7 @@ class LoadConfig(BaseModel):
         description="Root conversations to run; their children always run to the end. Defaults "
         "to each root once when no other stop condition is given.",
     )
-    benchmark_duration: float | None = Field(
+    benchmark_duration: Annotated[float | None, Option(benchmark="duration_seconds")] = Field(
         default=None,
         gt=0,
         le=MAX_SECONDS,
@@ -101,7 +105,7 @@ class LoadConfig(BaseModel):
     max_inflight: int | None = Field(
         default=None, ge=1, description="Hard cap on requests in flight, children included."
     )
-    fail_fast: bool = Field(
+    fail_fast: Annotated[bool, Option(env="DAGPERF_DAG_FAIL_FAST")] = Field(
         default=False,
         description="Cancel all pending and in-flight work on the first child error.",
     )
