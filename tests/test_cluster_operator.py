@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -19,7 +20,7 @@ from dagperf.simulator import SimConfig
 
 from control_plane import CHART, ROOT, Client, established, namespace
 from node import Node
-from runs import connected_to, eventually, free_port, gated_simulator, read_jsonl
+from runs import connected_to, eventually, free_port, gated_simulator, read_jsonl, serving
 
 pytestmark = pytest.mark.cluster
 
@@ -182,6 +183,47 @@ async def test_a_benchmark_runs_to_success_with_exports_on_the_volume(cluster):
     (container,) = operator["status"]["containerStatuses"]
     assert container["ready"] and container["started"] and container["restartCount"] == 0
     await eventually(lambda: cluster.pods("demo-workers-"), lambda pods: pods == [])
+
+
+async def test_the_endpoint_options_a_benchmark_says_reach_the_requests_its_workers_send(cluster):
+    """The affinity headers, the request path and the timeout of spec.endpoint are what the
+    workers use: a relay in front of the simulator, at a path of its own, sees every request
+    with the routing key in the header the Benchmark names (and not in the default ones), and
+    holds the first one unanswered, which fails by the Benchmark's timeout."""
+    seen: list[tuple[str, dict[str, str]]] = []
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        seen.append((request.path, dict(request.headers)))
+        if len(seen) == 1:
+            await asyncio.Event().wait()  # never answered: the worker's timeout ends it
+        async with aiohttp.ClientSession() as session, session.post(
+            cluster.sim.url + "/v1/chat/completions",
+            data=await request.read(),
+            headers={"Authorization": request.headers["Authorization"],
+                     "Content-Type": "application/json"},
+        ) as answer:  # fmt: skip
+            return web.Response(body=await answer.read(), status=answer.status,
+                                content_type=answer.content_type)  # fmt: skip
+
+    app = web.Application()
+    app.router.add_post("/custom/chat", relay)
+    cluster.gate.open()
+    async with serving(app) as url:
+        endpoint = {
+            "url": url, "model": "sim", "apiKeySecretRef": {"name": "endpoint"}, "streaming": False,
+            "path": "/custom/chat", "sessionAffinityHeaders": ["X-Route-Key"],
+            "requestTimeoutSeconds": 2,
+        }  # fmt: skip
+        await cluster.start(endpoint=endpoint, verdict={"maxErrorRate": 1.0})
+        done = await cluster.until("demo", phase("Succeeded"))
+    assert {path for path, _ in seen} == {"/custom/chat"} and len(seen) >= 3
+    for _, headers in seen:
+        assert headers.get("X-Route-Key") and "X-Session-ID" not in headers
+    results = cluster.node.claim("results") / "demo"
+    records = read_jsonl(results / "profile_export.jsonl")
+    timed_out = [r for r in records if (r["error"] or {}).get("type") == "TimeoutError"]
+    assert len(timed_out) == 1 and "within 2.0 s" in timed_out[0]["error"]["message"]
+    assert done["status"]["progress"]["errors"] == 1
 
 
 async def test_dataset_errors_are_reported_before_any_pod_starts(cluster):
