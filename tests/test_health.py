@@ -26,7 +26,8 @@ from dagperf.health import (
     health_command,
     render,
 )
-from dagperf.health.checks import Arrivals, Record, Roots, _overlap
+from dagperf.health.checks import CHECKS, Arrivals, Record, Roots, Run
+from dagperf.health.checks.root_sessions import _overlap
 
 from dagfile import conv, encode, turn, user
 
@@ -202,6 +203,15 @@ def test_a_good_run_passes_every_check(tmp_path):
     )
     assert report.check(RATE).details["measured_per_s"] == pytest.approx(100.0)
     assert report.check(OSL).details["checked"] == 1000
+
+
+def test_each_check_is_reported_under_its_entry_in_the_table(tmp_path):
+    """The report holds one verdict per entry of CHECKS, in its order and under its key, and
+    the console shows each by the entry's title."""
+    report = check(tmp_path, good_run(roots=3), concurrency=2)
+    assert [c.name for c in report.checks] == list(CHECKS)
+    shown = render(report).splitlines()[1:-1]
+    assert [line.split("  ")[2].strip() for line in shown] == [c.title for c in CHECKS.values()]
 
 
 # --- intra-session arrival --------------------------------------------------------------------
@@ -405,12 +415,12 @@ def test_memory_follows_what_is_in_flight_not_the_run(tmp_path):
     ]
     kept = {}
     for name, run in (("current", lines), ("older", older)):
-        arrivals, roots = Arrivals(HealthOptions()), Roots()
+        arrivals, roots = Arrivals(Run()), Roots(Run())
         most = 0
         for line in run:
-            meta = msgspec.convert(line, Record).metadata
-            arrivals.add(meta, failed=False)
-            roots.add(meta)
+            record = msgspec.convert(line, Record)
+            arrivals.add(record)
+            roots.add(record)
             most = max(most, arrivals.retained + roots.retained)
         kept[name] = most
     assert kept == {"current": 2, "older": 4 * 2000}  # ends of 3 records, 1 root, per tree

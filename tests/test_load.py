@@ -11,7 +11,7 @@ from dagperf.engine.pacing import Pacing
 from dagperf.exports.aiperf_config import aiperf_input_config
 from dagperf.graph import Payload
 from dagperf.graph.sessions import GraphNode, SessionSpec, compile_sessions
-from dagperf.health.checks import Load, Roots
+from dagperf.health.checks import Load, Roots, Run
 from dagperf.load import LoadError, resolve_load
 from dagperf.vocabulary.config import LoadConfig
 
@@ -69,7 +69,7 @@ def test_the_engine_the_health_check_and_the_export_agree_on_how_many_roots_run_
     assert load.root_limit == limit
     assert Pacing(runs_on, load, None).slots.full == limit
     recorded = load.model_dump(mode="json")  # what the exports write and the checks read
-    check = Roots().concurrency(msgspec.convert(recorded, Load))
+    check = Roots(Run(load=msgspec.convert(recorded, Load))).concurrency()
     assert check.details.get("target") == limit or (limit is None and check.status == "skipped")
     (phase,) = aiperf_input_config({"load": recorded})["phases"]
     assert phase.get("concurrency") == limit

@@ -14,8 +14,9 @@ files say can be checked: a request whose record is missing (a warmup-phase pare
 children unverifiable, which is counted and reported rather than fatal.
 
 Here: reading the two files (one streaming pass over the records, every problem a `HealthError`
-naming the file and line) and the entry points. `checks` holds the checks, fed one record at a
-time; `report` the models of their options and verdicts, and the console rendering.
+naming the file and line), the console rendering and the entry points. `checks` holds the
+checks, fed one record at a time, and their table; `report` the models of their options and
+verdicts.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from dagperf.health.report import (
     HealthOptions,
     HealthReport,
     Status,
-    render,
 )
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
 
@@ -58,12 +58,12 @@ REPORT_FILE = "health_check.json"
 
 
 if TYPE_CHECKING:  # the checks (and numpy) load when a run is checked, not with every CLI
-    from dagperf.health.checks import Load, Record
+    from dagperf.health.checks.run import Load, Record
 
 
 def _read_load(path: Path) -> tuple[Load, float]:
     """The run's load, and the --max-error-rate it was judged on."""
-    from dagperf.health.checks import Load
+    from dagperf.health.checks.run import Load
 
     try:
         raw = path.read_bytes()
@@ -97,7 +97,7 @@ def _read_load(path: Path) -> tuple[Load, float]:
 
 
 def _read_records(path: Path) -> Iterator[Record]:
-    from dagperf.health.checks import Record
+    from dagperf.health.checks.run import Record
 
     decode = msgspec.json.Decoder(Record).decode
     try:
@@ -120,34 +120,46 @@ def _read_records(path: Path) -> Iterator[Record]:
 
 def check_artifacts(artifact_dir: Path, options: HealthOptions | None = None) -> HealthReport:
     """Run every check on a run's artifact directory; HealthError when it cannot be read."""
-    from dagperf.health.checks import Arrivals, OutputLengths, RequestErrors, Roots
+    from dagperf.health.checks import run_checks
+    from dagperf.health.checks.run import Run
 
     options = options or HealthOptions()
     artifact_dir = Path(artifact_dir)
     if not artifact_dir.is_dir():
         raise HealthError(f"{artifact_dir}: not a directory")
     load, max_error_rate = _read_load(artifact_dir / SUMMARY_FILE)
-    errors, arrivals, roots = RequestErrors(), Arrivals(options), Roots()
-    lengths = OutputLengths(options)
-    count = 0
-    for record in _read_records(artifact_dir / RECORDS_FILE):
-        count += 1
-        meta = record.metadata
-        errors.add(record)
-        arrivals.add(meta, record.error is not None)
-        roots.add(meta)
-        lengths.add(record)
-    checks = [
-        errors.result(max_error_rate),
-        arrivals.result(load),
-        roots.concurrency(load),
-        roots.rate(load, options.rate_tolerance),
-        lengths.result(),
-        lengths.early_stops(),
-    ]
+    records = _read_records(artifact_dir / RECORDS_FILE)
+    count, checks = run_checks(records, Run(options, load, max_error_rate))
     return HealthReport(
         artifact_dir=str(artifact_dir), records=count, options=options, checks=checks
     )
+
+
+_LABELS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN", Status.SKIPPED: "SKIP"}
+
+
+def render(report: HealthReport) -> str:
+    """A short console block: one line per check, then the verdict."""
+    from dagperf.health.checks import CHECKS
+
+    known = {name: check.title for name, check in CHECKS.items()}
+    titles = [known.get(check.name, check.name) for check in report.checks]
+    width = max(map(len, titles), default=0)
+    lines = [f"Health checks: {report.records} records in {report.artifact_dir}"]
+    for title, check in zip(titles, report.checks, strict=True):
+        lines.append(f"  {_LABELS[check.status]}  {title:<{width}}  {check.summary}")
+    counts = {status: 0 for status in Status}
+    for check in report.checks:
+        counts[check.status] += 1
+    tally = f"{counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, "
+    tally += f"{counts[Status.WARN]} warned, " if counts[Status.WARN] else ""
+    tally += f"{counts[Status.SKIPPED]} skipped"
+    if report.passed:
+        lines.append(f"Health: passed ({tally})")
+    else:
+        failed = [known.get(c.name, c.name) for c in report.checks if c.status is Status.FAIL]
+        lines.append(f"Health: failed: {', '.join(failed)} ({tally})")
+    return "\n".join(lines)
 
 
 def write_report(report: HealthReport, artifact_dir: Path) -> Path:

@@ -1,7 +1,9 @@
 """What the health checks produce: their options, each check's verdict, the report.
 
 Pydantic models, so `HealthOptions` can generate CLI flags the way `LoadConfig` does and
-`health_check.json` has one definition.
+`health_check.json` has one definition. The checks' names and console titles are in
+`dagperf.health.checks.CHECKS`; this module imports none of it, since the operator imports this
+one (for `HealthOptions`) and the checks bring the metrics and numpy.
 """
 
 from __future__ import annotations
@@ -12,23 +14,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
-
-ERRORS, ARRIVAL, CONCURRENCY, RATE, OUTPUT_LENGTH, EARLY_STOP = (
-    "request_errors",
-    "intra_session_arrival",
-    "session_concurrency",
-    "request_rate",
-    "output_length",
-    "early_stop",
-)
-TITLES = {
-    ERRORS: "endpoint errors",
-    ARRIVAL: "intra-session arrival",
-    CONCURRENCY: "session concurrency",
-    RATE: "request rate",
-    OUTPUT_LENGTH: "output length",
-    EARLY_STOP: "early stops",
-}
 
 
 class HealthError(Exception):
@@ -121,27 +106,3 @@ class HealthReport(BaseModel):
             "passed": self.passed,
             **self.model_dump(mode="json"),
         }
-
-
-_LABELS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN", Status.SKIPPED: "SKIP"}
-
-
-def render(report: HealthReport) -> str:
-    """A short console block: one line per check, then the verdict."""
-    titles = [TITLES.get(check.name, check.name) for check in report.checks]
-    width = max(map(len, titles), default=0)
-    lines = [f"Health checks: {report.records} records in {report.artifact_dir}"]
-    for title, check in zip(titles, report.checks, strict=True):
-        lines.append(f"  {_LABELS[check.status]}  {title:<{width}}  {check.summary}")
-    counts = {status: 0 for status in Status}
-    for check in report.checks:
-        counts[check.status] += 1
-    tally = f"{counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, "
-    tally += f"{counts[Status.WARN]} warned, " if counts[Status.WARN] else ""
-    tally += f"{counts[Status.SKIPPED]} skipped"
-    if report.passed:
-        lines.append(f"Health: passed ({tally})")
-    else:
-        failed = [TITLES.get(c.name, c.name) for c in report.checks if c.status is Status.FAIL]
-        lines.append(f"Health: failed: {', '.join(failed)} ({tally})")
-    return "\n".join(lines)
