@@ -136,13 +136,13 @@ def test_the_main_agent_finds_its_earlier_turns_cached(trace_run):
 def _recorded(traces: Path) -> dict[tuple[str, int], tuple[int, int, tuple[str, ...]]]:
     """Each request's recorded in and out, and its messages' roles, by conversation and
     turn, for the traces as dagperf splits them (from its own plan of each file)."""
-    from dagperf.dataset.formats.weka_trace import _decode
-    from dagperf.dataset.formats.weka_trace.buffer import Request, conversation_messages
-    from dagperf.dataset.formats.weka_trace.plan import plan
+    from dagperf.dataset.formats.agent_traces import decode
+    from dagperf.dataset.formats.agent_traces.buffer import Request, conversation_messages
+    from dagperf.dataset.formats.agent_traces.plan import plan
 
     out = {}
     for path in traces.glob("*.json"):
-        trace = _decode(path.read_bytes())
+        trace = decode(path.read_bytes())
         for conversation in plan(trace).conversations:
             calls = [call for _, call in conversation.calls]
             requests = [Request(c.hash_ids, c.tokens_in, c.tokens_out) for c in calls]

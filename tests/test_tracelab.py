@@ -15,9 +15,9 @@ import pytest
 
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats import FORMATS
+from dagperf.dataset.formats.agent_traces import Replay
+from dagperf.dataset.formats.agent_traces.schema import Call, Subagent, Trace
 from dagperf.dataset.formats.tracelab import read_tracelab, traces_of
-from dagperf.dataset.formats.weka_trace import Replay
-from dagperf.dataset.formats.weka_trace.schema import Call, Subagent, Trace
 from dagperf.dataset.limits import MAX_TOKENS
 from dagperf.graph import SessionKind
 from dagperf.sources import load_graph

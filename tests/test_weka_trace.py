@@ -14,8 +14,8 @@ import pytest
 
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats import FORMATS, ReadOptions
+from dagperf.dataset.formats.agent_traces.buffer import Request, conversation_messages, token_count
 from dagperf.dataset.formats.weka_trace import directory
-from dagperf.dataset.formats.weka_trace.buffer import Request, conversation_messages, token_count
 from dagperf.graph import SessionKind
 from dagperf.sources import load_graph
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from dagperf.dataset.specs import TraceDataset
 
 if TYPE_CHECKING:
+    from dagperf.dataset.formats.agent_traces import Replay
     from dagperf.dataset.formats.dag_jsonl import DagDataset
-    from dagperf.dataset.formats.weka_trace import Replay
 
 Lines = Iterable[bytes]
 
@@ -41,7 +41,7 @@ class ReadOptions:
 
     def replay(self) -> Replay:
         """What an agent trace's replay takes of them."""
-        from dagperf.dataset.formats.weka_trace import Replay
+        from dagperf.dataset.formats.agent_traces import Replay
 
         return Replay(self.tokenizer_json, self.seed, self.think_time_only)
 

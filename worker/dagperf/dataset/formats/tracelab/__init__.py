@@ -1,7 +1,7 @@
 """AIPerf's `tracelab`: the TraceLab corpus (uw-syfi) of real Claude Code and Codex sessions, one
 JSONL row per LLM round, plain or gzip-compressed. Each session becomes the Weka coding-agent
 trace AIPerf 0.13 converts it into, and is then replayed exactly as `weka_trace` replays one
-(`weka_trace.read_traces`): one reconstruction for both formats, so they cannot drift apart.
+(`agent_traces.read_traces`): one reconstruction for both formats, so they cannot drift apart.
 
     {"session_id": "claude:9f3c", "round_index": 4, "user": "u17", "project": "p2",
      "model": "claude-opus-4", "input_tokens_total": 41589, "prefix_tokens": 41129,
@@ -31,10 +31,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from dagperf.dataset.formats.agent_traces import Replay, read_traces
+from dagperf.dataset.formats.agent_traces.schema import Trace
 from dagperf.dataset.formats.tracelab import convert, links, rows
 from dagperf.dataset.formats.tracelab.rows import Session
-from dagperf.dataset.formats.weka_trace import Replay, read_traces
-from dagperf.dataset.formats.weka_trace.schema import Trace
 from dagperf.dataset.loader import Problems
 from dagperf.dataset.specs import TraceDataset
 from dagperf.runtime.gcpause import gc_paused

@@ -22,9 +22,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from dagperf.dataset.formats.agent_traces.schema import Call, Streamed, Subagent, Trace
 from dagperf.dataset.formats.tracelab.links import Window
 from dagperf.dataset.formats.tracelab.rows import Round, Session
-from dagperf.dataset.formats.weka_trace.schema import Call, Streamed, Subagent, Trace
 
 BLOCK_SIZE = 64  # tokens per block id: AIPerf's default (its --isl-block-size changes it)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

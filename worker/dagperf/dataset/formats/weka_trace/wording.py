@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from dagperf.dataset.formats.weka_trace.schema import UNION_TAGS, TraceModel
+from dagperf.dataset.formats.agent_traces.schema import UNION_TAGS, TraceModel
 from dagperf.dataset.json_places import line_of
 from dagperf.dataset.loader import Problem
 

@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 import msgspec
 
-from dagperf.dataset.formats.weka_trace import chains
-from dagperf.dataset.formats.weka_trace.chains import Indexed
-from dagperf.dataset.formats.weka_trace.schema import Call, Subagent, Trace
+from dagperf.dataset.formats.agent_traces import chains
+from dagperf.dataset.formats.agent_traces.chains import Indexed
+from dagperf.dataset.formats.agent_traces.schema import Call, Subagent, Trace
 
 _EPSILON = 1e-6
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from dagperf.dataset.formats.weka_trace.schema import Call
+from dagperf.dataset.formats.agent_traces.schema import Call
 
 _EPSILON = 1e-6
 SEAM_MAX_GAP_S = 3600.0

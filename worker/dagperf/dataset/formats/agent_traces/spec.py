@@ -16,8 +16,8 @@ from functools import partial
 import msgspec
 
 from dagperf.dataset.coding_corpus import Blocks
-from dagperf.dataset.formats.weka_trace.buffer import Request, Segment, conversation_messages
-from dagperf.dataset.formats.weka_trace.plan import Conversation, Plan, waits
+from dagperf.dataset.formats.agent_traces.buffer import Request, Segment, conversation_messages
+from dagperf.dataset.formats.agent_traces.plan import Conversation, Plan, waits
 from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec, Spawn
 
 AS_WRITTEN = ContextMode.MESSAGE_ARRAY_WITH_RESPONSES
