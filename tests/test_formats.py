@@ -27,7 +27,7 @@ from dagperf.sources import SESSION_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMATS_DIR = ROOT / "worker" / "dagperf" / "dataset" / "formats"
-SHARED = {"agent_traces"}  # what several formats read through, and no format itself
+SHARED = {"agent_traces", "columns", "rows"}  # what several formats share; no format itself
 
 
 def read_prompt_lines(lines: Iterable[bytes], source: str, options: ReadOptions) -> TraceDataset:

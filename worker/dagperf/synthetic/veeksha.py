@@ -41,7 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dagperf.dataset.formats.untimed_content_multi_turn import Keys
+from dagperf.dataset.formats.columns import BLOCK_SIZE, Keys
 from dagperf.synthetic.outcomes import ConfigError, LmevalSource, TraceReader, TraceSource
 
 log = logging.getLogger("dagperf")
@@ -225,7 +225,6 @@ def _reader(
         keys = Keys(**{KEY_FIELDS[k]: str(v) for k, v in flavor.items() if k in KEY_FIELDS})
         return functools.partial(read_conversations, keys=keys)
     if kind == "shared_prefix":
-        from dagperf.dataset.formats.mooncake_trace import BLOCK_SIZE
         from dagperf.dataset.formats.shared_prefix import read_shared_prefix
         from dagperf.dataset.limits import MAX_PROMPT_TOKENS
 

@@ -30,11 +30,12 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dagperf.dataset.content import with_roles
+from dagperf.dataset.formats.columns import BLOCK_SIZE, BlockId
 from dagperf.dataset.limits import ArrivalMs, OutputTokens, PromptTokens, WaitMs
 from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.dataset.prompts import blocks_prompt, passage
@@ -47,9 +48,6 @@ from dagperf.dataset.specs import (
     TraceDataset,
 )
 from dagperf.runtime.gcpause import gc_paused
-
-BLOCK_SIZE = 512  # tokens per hash id, as in the published Mooncake traces
-BlockId = Annotated[int, Field(ge=0, strict=True)]
 
 
 class MooncakeRow(BaseModel):
@@ -286,7 +284,6 @@ def _payload(lineno: int, row: MooncakeRow, block_size: int) -> Payload:
 
 
 __all__ = [
-    "BLOCK_SIZE",
     "MooncakeRow",
     "load_mooncake_trace",
     "read_mooncake_trace",

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from dagperf.dataset.formats.single_turn import Rows, Turn, conversations_of
+from dagperf.dataset.formats.rows import Rows, Turn, conversations_of
 from dagperf.dataset.loader import Problems, validated_lines
 from dagperf.dataset.specs import ContextMode, TraceDataset
 from dagperf.runtime.gcpause import gc_paused

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from dagperf.dataset.formats.single_turn import TextRow, text_content
+from dagperf.dataset.formats.rows import TextRow, text_content
 from dagperf.dataset.loader import DatasetError, Problem, Problems, read_files, validated_lines
 from dagperf.dataset.specs import GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.runtime.gcpause import gc_paused

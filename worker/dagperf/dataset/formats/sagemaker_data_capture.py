@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from dagperf.dataset.content import with_roles
-from dagperf.dataset.formats.single_turn import LIMIT_FIELD
+from dagperf.dataset.formats.columns import LIMIT_FIELD
 from dagperf.dataset.limits import MAX_ARRIVAL_S, MAX_TOKENS, line_problem
 from dagperf.dataset.loader import (
     DatasetError,

@@ -33,8 +33,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dagperf.dataset.formats.mooncake_trace import BLOCK_SIZE, BlockId
-from dagperf.dataset.formats.timed_synthetic_session import Id, session_id_of
+from dagperf.dataset.formats.columns import BLOCK_SIZE, BlockId, Id, session_id_of
 from dagperf.dataset.limits import MAX_PROMPT_TOKENS, OutputTokens, PromptTokens, WaitSeconds
 from dagperf.dataset.loader import Problems, validated_lines
 from dagperf.dataset.prompts import blocks_prompt, passage

@@ -35,8 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 from typing import Any
 
-from dagperf.dataset.formats.single_turn import LIMIT_FIELD
-from dagperf.dataset.formats.untimed_content_multi_turn import Keys, turn_pairs
+from dagperf.dataset.formats.columns import LIMIT_FIELD, Keys, turn_pairs
 from dagperf.dataset.loader import Problems, jsonl_lines, object_lines
 from dagperf.dataset.specs import (
     REFUSED_CONTEXT_MODE,

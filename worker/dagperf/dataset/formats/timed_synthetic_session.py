@@ -29,22 +29,20 @@ refused, as it could run neither on its schedule nor without it. A session's `co
 
 from __future__ import annotations
 
-import json
 import random
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from dagperf.dataset.formats.columns import Id, session_id_of
 from dagperf.dataset.limits import (
     ArrivalSeconds,
     OutputTokens,
     PromptTokens,
     WaitSeconds,
-    too_deep,
 )
 from dagperf.dataset.loader import Problems, load_file, validated_lines
 from dagperf.dataset.prompts import passage
@@ -58,17 +56,6 @@ from dagperf.dataset.specs import (
     parents_first,
 )
 from dagperf.runtime.gcpause import gc_paused
-
-
-def _id_text(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str):
-        raise ValueError(f"must be a string or an integer, got {json.dumps(value)}")
-    return value
-
-
-Id = Annotated[str, BeforeValidator(_id_text), Field(min_length=1)]
 
 
 class SessionContext(BaseModel):
@@ -336,21 +323,6 @@ def _payload(sid: str, node: str, row: TimedSessionRow) -> Payload:
     seed = zlib.crc32(f"{sid}\x1f{node}".encode())  # str hash() differs between processes
     text = passage(row.num_prefill_tokens, random.Random(seed))
     return Payload.of([{"role": "user", "content": text}], max_tokens=row.num_decode_tokens)
-
-
-def session_id_of(raw: bytes) -> str | None:
-    """The session of a line that failed, so its session's graph is not checked again."""
-    if too_deep(raw):  # json.loads would recurse past the stack
-        return None
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        return None
-    sid = obj.get("session_id") if isinstance(obj, dict) else None
-    try:
-        return _id_text(sid) or None
-    except ValueError:
-        return None
 
 
 __all__ = [

@@ -19,50 +19,14 @@ left with no answered user message is refused (Veeksha would send an empty reque
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
+from dagperf.dataset.formats.columns import DEFAULT_KEYS, Keys, turn_pairs
 from dagperf.dataset.loader import Problems, jsonl_lines, object_lines
 from dagperf.dataset.specs import ContextMode, GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.dataset.text import text_tokens
 from dagperf.runtime.gcpause import gc_paused
-
-
-@dataclass(frozen=True, slots=True)
-class Keys:
-    """Where a row keeps its messages and how they name roles; Veeksha's flavour config names
-    them conversation_column, role_key, content_key, user_role_value, assistant_role_value."""
-
-    column: str = "conversations"
-    role: str = "from"
-    content: str = "value"
-    user: str = "human"
-    assistant: str = "gpt"
-
-
-DEFAULT_KEYS = Keys()
-
-
-def turn_pairs(messages: list[Any], keys: Keys = DEFAULT_KEYS) -> Iterator[tuple[str, str]]:
-    """(user, assistant) contents of each answered user message, skipped as Veeksha skips."""
-    i = 0
-    while i < len(messages):
-        message = messages[i]
-        answer = messages[i + 1] if i + 1 < len(messages) else None
-        if (
-            _role(message, keys) == keys.user
-            and answer is not None
-            and _role(answer, keys) == keys.assistant
-        ):
-            yield str(message.get(keys.content, "")), str(answer.get(keys.content, ""))
-            i += 2
-        else:
-            i += 1
-
-
-def _role(message: Any, keys: Keys) -> Any:
-    return message.get(keys.role) if isinstance(message, dict) else None
 
 
 def _messages(row: dict[str, Any], keys: Keys) -> list[Any] | str:
