@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import re
 import subprocess
 import sys
 import tempfile
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ import yaml
 
 from dagperf.cli import build_parser, main
 from dagperf.dataset import DatasetError
-from dagperf.dataset.formats import FORMATS, Format, ReadOptions
+from dagperf.dataset.formats import FORMATS, Format, ReadOptions, imported
+from dagperf.dataset.formats.dag_jsonl import DagDataset
 from dagperf.dataset.loader import Problems, jsonl_lines
 from dagperf.dataset.specs import GraphNode, Payload, SessionSpec, TraceDataset
 from dagperf.sources import SESSION_CONFIG
@@ -30,7 +33,7 @@ FORMATS_DIR = ROOT / "worker" / "dagperf" / "dataset" / "formats"
 SHARED = {"agent_traces", "columns", "rows"}  # what several formats share; no format itself
 
 
-def read_prompt_lines(lines: Iterable[bytes], source: str, options: ReadOptions) -> TraceDataset:
+def read_prompt_lines(lines: Iterable[bytes], source: str) -> TraceDataset:
     """A format written for this test: each line a prompt, sent as one request."""
     problems = Problems(source)
     specs = []
@@ -50,8 +53,9 @@ def read_prompt_lines(lines: Iterable[bytes], source: str, options: ReadOptions)
 
 @pytest.fixture
 def prompt_lines(monkeypatch) -> str:
-    """The test's format, registered as a new entry is: one line in the table."""
-    monkeypatch.setitem(FORMATS, "prompt_lines", Format(read_prompt_lines))
+    """The test's format, registered as a new entry is: one line in the table, naming its
+    reader (here an absolute module's; the table's are relative to the package)."""
+    monkeypatch.setitem(FORMATS, "prompt_lines", Format(f"{__name__}:read_prompt_lines"))
     return "prompt_lines"
 
 
@@ -162,6 +166,39 @@ def test_each_format_reads_the_run_options_its_entry_says_it_takes(tmp_path):
                 entry.read_directory(tmp_path, options)
         assert options.read == set(entry.takes), kind
         assert set(entry.takes) <= names
+
+
+def accepts(hint: Any, given: Any) -> bool:
+    """Whether a parameter annotated `hint` takes what is annotated `given`."""
+    return hint == given or given in typing.get_args(hint)
+
+
+def test_every_entry_names_a_reader_called_as_its_entry_calls_it():
+    """The table names its readers ("module:function") and imports one on its format's first
+    read, so neither mypy nor import-linter sees that import or that call: this is their check.
+    Each reader is there, takes a file's lines and name (a directory reader, its path), then
+    its entry's options by their names and types in ReadOptions, needs nothing else, and
+    returns what a format reads."""
+    options = typing.get_type_hints(ReadOptions)
+    for kind, entry in FORMATS.items():
+        called = [(entry.reader, [Iterable[bytes], str], {TraceDataset, DagDataset})]
+        if entry.directory_reader is not None:
+            called.append((entry.directory_reader, [Path], {TraceDataset}))
+        for name, given, returned in called:
+            function = imported(name)
+            signature = inspect.signature(function)
+            signature.bind(*given, **dict.fromkeys(entry.takes))  # a TypeError if not
+            hints = typing.get_type_hints(function)
+            first = list(signature.parameters)[: len(given)]
+            assert all(map(accepts, [hints[p] for p in first], given)), (kind, name)
+            assert all(accepts(hints[t], options[t]) for t in entry.takes), (kind, name)
+            assert hints["return"] in returned, (kind, name)
+    assert {kind for kind, entry in FORMATS.items() if entry.read_directory} == {
+        "raw_payload",
+        "random_pool",
+        "sagemaker_data_capture",
+        "weka_trace",
+    }
 
 
 def test_a_worker_process_imports_no_format_reader():

@@ -50,7 +50,7 @@ DIAMOND = session(
 
 def read(*lines: dict | str) -> list[SessionSpec]:
     raw = [(x if isinstance(x, str) else json.dumps(x)).encode() + b"\n" for x in lines]
-    return read_session_graph(raw, "g.jsonl")
+    return list(read_session_graph(raw, "g.jsonl").specs)
 
 
 def refusals(*lines: dict | str) -> list[str]:

@@ -15,7 +15,6 @@ import pytest
 
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats import FORMATS
-from dagperf.dataset.formats.agent_traces import Replay
 from dagperf.dataset.formats.agent_traces.schema import Call, Subagent, Trace
 from dagperf.dataset.formats.tracelab import read_tracelab, traces_of
 from dagperf.dataset.limits import MAX_TOKENS
@@ -474,7 +473,7 @@ def test_two_sessions_of_one_trace_id_are_refused_at_the_second():
 def test_two_sub_agents_of_one_agent_id_are_refused_at_their_parent():
     rows = [row("p", 0, 1, tools=[call("Task", 1, 20)]), row("c:1", 2, 3), row("c/1", 4, 5)]
     with pytest.raises(DatasetError) as caught:  # as the replay plans the trace, as AIPerf's
-        read_tracelab(lines(*rows, row("p", 21, 22)), "t.jsonl", Replay())
+        read_tracelab(lines(*rows, row("p", 21, 22)), "t.jsonl")
     found = [(p.line, p.message) for p in caught.value.problems]
     assert [line for line, _ in found] == [1]
     assert "agent_id 'c_1' is also the sub-agent's" in found[0][1]

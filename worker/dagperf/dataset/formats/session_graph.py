@@ -32,6 +32,7 @@ from dagperf.dataset.specs import (
     GraphNode,
     Payload,
     SessionSpec,
+    TraceDataset,
     parents_first,
 )
 
@@ -65,11 +66,11 @@ class SessionGraphLine(BaseModel):
     context_mode: ContextMode | None = None
 
 
-def load_session_graph(path: str) -> list[SessionSpec]:
+def load_session_graph(path: str) -> TraceDataset:
     return load_file(path, read_session_graph)
 
 
-def read_session_graph(lines: Iterable[bytes], source: str) -> list[SessionSpec]:
+def read_session_graph(lines: Iterable[bytes], source: str) -> TraceDataset:
     problems = Problems(source)
     sessions: list[SessionSpec] = []
     first_line: dict[str, int] = {}
@@ -91,7 +92,7 @@ def read_session_graph(lines: Iterable[bytes], source: str) -> list[SessionSpec]
     if not first_line and not problems.items:
         problems.add(None, "empty file: a session_graph file needs at least one session line")
     problems.raise_any()
-    return sessions
+    return TraceDataset(sessions, None, timed=False)
 
 
 def session_problems(line: SessionGraphLine) -> Iterable[str]:

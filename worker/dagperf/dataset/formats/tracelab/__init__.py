@@ -47,9 +47,16 @@ NO_ROUND = (
 )
 
 
-def read_tracelab(lines: Iterable[bytes], source: str, replay: Replay) -> TraceDataset:
-    """Validate and convert a TraceLab file given as byte lines; `source` names it in problems."""
-    return read_traces(traces_of(lines, source), replay)
+def read_tracelab(
+    lines: Iterable[bytes],
+    source: str,
+    tokenizer_json: str | None = None,
+    seed: int | None = None,
+    think_time_only: bool = False,
+) -> TraceDataset:
+    """Validate and convert a TraceLab file given as byte lines; `source` names it in problems.
+    The rest is the run's `Replay`."""
+    return read_traces(traces_of(lines, source), Replay(tokenizer_json, seed, think_time_only))
 
 
 def traces_of(lines: Iterable[bytes], source: str) -> list[tuple[str, int | None, Trace]]:
