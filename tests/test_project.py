@@ -77,7 +77,8 @@ def test_code_is_mypy_strict_clean():
 
 def test_imports_keep_the_layers():
     """import-linter's contracts in pyproject.toml: dataset -> graph -> engine -> roles, the
-    operator apart from the runtime's insides, no cycles between packages."""
+    operator apart from the runtime's insides, the dataset formats apart from each other, no
+    cycles between packages."""
     lint = shutil.which("lint-imports")
     assert lint, "import-linter comes with the test extra"
     checked = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True, timeout=300)
