@@ -187,6 +187,17 @@ def accepts(hint: Any, given: Any) -> bool:
     return hint == given or given in typing.get_args(hint)
 
 
+def parameter_types(function: Any) -> dict[str, Any]:
+    """A function's parameters by name with their types, the keywords of a `**kw: Unpack[...]`
+    (a TypedDict) among them."""
+    hints = typing.get_type_hints(function)
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            (keywords,) = typing.get_args(hints.pop(parameter.name))
+            hints |= typing.get_type_hints(keywords)
+    return hints
+
+
 def test_every_entry_names_a_reader_called_as_its_entry_calls_it():
     """The table names its readers ("module:function") and imports one on its format's first
     read, so neither mypy nor import-linter sees that import or that call: this is their check.
@@ -202,7 +213,7 @@ def test_every_entry_names_a_reader_called_as_its_entry_calls_it():
             function = imported(name)
             signature = inspect.signature(function)
             signature.bind(*given, **dict.fromkeys(entry.takes))  # a TypeError if not
-            hints = typing.get_type_hints(function)
+            hints = parameter_types(function)
             first = list(signature.parameters)[: len(given)]
             assert all(map(accepts, [hints[p] for p in first], given)), (kind, name)
             assert all(accepts(hints[t], options[t]) for t in entry.takes), (kind, name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import msgspec
 
@@ -27,14 +28,14 @@ from dagperf.dataset.specs import Known, SessionSpec, TraceDataset
 decode = msgspec.json.Decoder(Trace).decode  # one session's JSON document, in one C pass
 
 
-@dataclass(frozen=True)
-class Replay:
-    """What a run asks of the replay: the tokens it counts prompts in, the seed of the text,
-    and whether requests wait their recorded think time instead of the idle gap."""
+class Replay(TypedDict, total=False):
+    """What a run asks of the replay, given to the agent traces' readers by name (the run's
+    ReadOptions of these names): the tokens it counts prompts in (else words), the seed of the
+    text, and whether requests wait their recorded think time instead of the idle gap."""
 
-    tokenizer_json: str | None = None
-    seed: int | None = None
-    think_time_only: bool = False
+    tokenizer_json: str | None
+    seed: int | None
+    think_time_only: bool
 
 
 def read_traces(traces: list[tuple[str, int | None, Trace]], replay: Replay) -> TraceDataset:
@@ -100,8 +101,9 @@ class _Sessions(BuiltOnRead[SessionSpec]):
         else:
             trace, planned = kept.trace, plan(kept.trace)
         if self._blocks is None:  # the corpus is cut into the run's tokens once, when needed
-            self._blocks = Blocks(self._replay.tokenizer_json, self._replay.seed)
-        return session(planned, self._blocks, trace.block_size, self._replay.think_time_only)
+            self._blocks = Blocks(self._replay.get("tokenizer_json"), self._replay.get("seed"))
+        think_time_only = self._replay.get("think_time_only", False)
+        return session(planned, self._blocks, trace.block_size, think_time_only)
 
 
 def _read_again(kept: Kept) -> tuple[Trace, Plan]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Unpack
 
 from dagperf.dataset.formats.agent_traces import Replay, read_traces
 from dagperf.dataset.formats.agent_traces.schema import Trace
@@ -47,16 +48,9 @@ NO_ROUND = (
 )
 
 
-def read_tracelab(
-    lines: Iterable[bytes],
-    source: str,
-    tokenizer_json: str | None = None,
-    seed: int | None = None,
-    think_time_only: bool = False,
-) -> TraceDataset:
-    """Validate and convert a TraceLab file given as byte lines; `source` names it in problems.
-    The rest is the run's `Replay`."""
-    return read_traces(traces_of(lines, source), Replay(tokenizer_json, seed, think_time_only))
+def read_tracelab(lines: Iterable[bytes], source: str, **replay: Unpack[Replay]) -> TraceDataset:
+    """Validate and convert a TraceLab file given as byte lines; `source` names it in problems."""
+    return read_traces(traces_of(lines, source), replay)
 
 
 def traces_of(lines: Iterable[bytes], source: str) -> list[tuple[str, int | None, Trace]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Unpack
 
 import msgspec
 
@@ -25,26 +25,14 @@ from dagperf.dataset.loader import DatasetError, Problem
 from dagperf.dataset.specs import TraceDataset
 
 
-def read_weka_trace(
-    lines: Iterable[bytes],
-    source: str,
-    tokenizer_json: str | None = None,
-    seed: int | None = None,
-    think_time_only: bool = False,
-) -> TraceDataset:
-    """One session's document, given as byte lines; `source` names it in problems. The rest
-    is the run's `Replay`."""
-    trace, planned = _checked(b"".join(lines), source)
-    replay = Replay(tokenizer_json, seed, think_time_only)
+def read_weka_trace(lines: Iterable[bytes], source: str, **replay: Unpack[Replay]) -> TraceDataset:
+    """One session's document, given as byte lines; `source` names it in problems."""
+    data = b"".join(lines)
+    trace, planned = _checked(data, source)
     return dataset([Kept(source, None, trace)], [Count.of(planned)], replay)
 
 
-def read_weka_directory(
-    directory: Path,
-    tokenizer_json: str | None = None,
-    seed: int | None = None,
-    think_time_only: bool = False,
-) -> TraceDataset:
+def read_weka_directory(directory: Path, **replay: Unpack[Replay]) -> TraceDataset:
     """Every `*.json` file of a directory (not below it), one session each, in name order."""
     files = sorted(p for p in directory.glob("*.json") if p.is_file())
     if not files:
@@ -65,7 +53,7 @@ def read_weka_directory(
             counted.append(read.counted)  # the plan goes: the file is read again when run
     if found:
         raise DatasetError(found)
-    return dataset(kept, counted, Replay(tokenizer_json, seed, think_time_only))
+    return dataset(kept, counted, replay)
 
 
 class _Read(NamedTuple):
