@@ -16,6 +16,7 @@ from playwright.sync_api import sync_playwright
 
 from dagperf.report import write_report
 from dagperf.report.compare import verdict
+from dagperf.vocabulary import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_TREE = ROOT / "examples" / "report" / "agent-tree.dag.jsonl"
@@ -131,12 +132,12 @@ def test_a_comparison_names_both_runs_and_marks_the_slower_first_token_worse(run
 
 
 def test_a_change_is_judged_by_the_metric_direction_beyond_the_noise():
-    assert verdict("time_to_first_token", 100.0, 150.0) == ("+50.0%", "worse")
-    assert verdict("time_to_first_token", 100.0, 50.0) == ("-50.0%", "better")
-    assert verdict("request_throughput", 100.0, 150.0) == ("+50.0%", "better")
-    assert verdict("request_throughput", 100.0, 99.5) == ("-0.5%", "")
-    assert verdict("input_sequence_length", 100.0, 150.0) == ("+50.0%", "")
-    assert verdict("request_throughput", None, 1.0) == ("—", "")
+    assert verdict(catalog.TIME_TO_FIRST_TOKEN, 100.0, 150.0) == ("+50.0%", "worse")
+    assert verdict(catalog.TIME_TO_FIRST_TOKEN, 100.0, 50.0) == ("-50.0%", "better")
+    assert verdict(catalog.REQUEST_THROUGHPUT, 100.0, 150.0) == ("+50.0%", "better")
+    assert verdict(catalog.REQUEST_THROUGHPUT, 100.0, 99.5) == ("-0.5%", "")
+    assert verdict(catalog.INPUT_SEQUENCE_LENGTH, 100.0, 150.0) == ("+50.0%", "")
+    assert verdict(catalog.REQUEST_THROUGHPUT, None, 1.0) == ("—", "")
 
 
 def test_bad_input_is_named_without_a_traceback(tmp_path):

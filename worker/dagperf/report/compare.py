@@ -7,44 +7,44 @@ from html import escape
 
 from dagperf.report.runs import Run
 from dagperf.report.tables import Raw, stat, table
-from dagperf.vocabulary.catalog import HIGHER_IS_BETTER, LOWER_IS_BETTER, RECORD, SCALARS, SESSION
+from dagperf.vocabulary import catalog
 
 DISTRIBUTION_STATS = ("avg", "p50", "p90", "p99")
-COMPARED_RECORD = (
-    "time_to_first_token",
-    "inter_token_latency",
-    "request_latency",
-    "output_token_throughput_per_user",
-    "output_sequence_length",
-    "input_sequence_length",
+COMPARED_DISTRIBUTIONS = (
+    catalog.TIME_TO_FIRST_TOKEN,
+    catalog.INTER_TOKEN_LATENCY,
+    catalog.REQUEST_LATENCY,
+    catalog.OUTPUT_TOKEN_THROUGHPUT_PER_USER,
+    catalog.OUTPUT_SEQUENCE_LENGTH,
+    catalog.INPUT_SEQUENCE_LENGTH,
+    catalog.SESSION_DURATION,
 )
 COMPARED_SCALARS = (
-    "request_throughput",
-    "output_token_throughput",
-    "request_count",
-    "error_request_count",
-    "request_error_rate",
-    "goodput",
-    "session_goodput",
-    "good_session_count",
-    "session_count",
-    "benchmark_duration",
+    catalog.REQUEST_THROUGHPUT,
+    catalog.OUTPUT_TOKEN_THROUGHPUT,
+    catalog.REQUEST_COUNT,
+    catalog.ERROR_REQUEST_COUNT,
+    catalog.REQUEST_ERROR_RATE,
+    catalog.GOODPUT,
+    catalog.SESSION_GOODPUT,
+    catalog.GOOD_SESSION_COUNT,
+    catalog.SESSION_COUNT,
+    catalog.BENCHMARK_DURATION,
 )
 
 
-def rows_compared(runs: list[Run]) -> list[tuple[str, str, str, list[float | None]]]:
-    """(metric, label with stat, unit, value per run) for each metric some run reports."""
+def rows_compared(runs: list[Run]) -> list[tuple[catalog.Metric, str, list[float | None]]]:
+    """(metric, label with stat, value per run) for each metric some run reports."""
     out = []
-    for name in (*COMPARED_RECORD, "session_duration"):
-        metric = RECORD.get(name) or SESSION[name]
+    for metric in COMPARED_DISTRIBUTIONS:
         for key in DISTRIBUTION_STATS:
-            values = [stat(run.summary, name, key) for run in runs]
+            values = [stat(run.summary, metric.name, key) for run in runs]
             if any(v is not None for v in values):
-                out.append((name, f"{metric.label} {key}", metric.unit, values))
-    for name in COMPARED_SCALARS:
-        values = [stat(run.summary, name) for run in runs]
+                out.append((metric, f"{metric.label} {key}", values))
+    for metric in COMPARED_SCALARS:
+        values = [stat(run.summary, metric.name) for run in runs]
         if any(v is not None for v in values):
-            out.append((name, SCALARS[name].label, SCALARS[name].unit, values))
+            out.append((metric, metric.label, values))
     return out
 
 
@@ -53,7 +53,7 @@ def rows_compared(runs: list[Run]) -> list[tuple[str, str, str, list[float | Non
 NOISE = 0.01
 
 
-def verdict(metric: str, base: float | None, value: float | None) -> tuple[str, str]:
+def verdict(metric: catalog.Metric, base: float | None, value: float | None) -> tuple[str, str]:
     """(change, css class): "+12.0%" and "better", "worse" or "" (no direction, or a change
     within the noise)."""
     if base is None or value is None:
@@ -61,9 +61,9 @@ def verdict(metric: str, base: float | None, value: float | None) -> tuple[str, 
     change = f"{100 * (value - base) / base:+.1f}%" if base else f"{value - base:+.3g}"
     if abs(value - base) <= NOISE * abs(base):
         return change, ""
-    if metric in LOWER_IS_BETTER:
+    if metric.better == "lower":
         return change, "better" if value < base else "worse"
-    if metric in HIGHER_IS_BETTER:
+    if metric.better == "higher":
         return change, "better" if value > base else "worse"
     return change, ""
 
@@ -72,8 +72,8 @@ def deltas(runs: list[Run]) -> str:
     headers = ["Metric", "Unit", *(run.label for run in runs)]
     headers += [f"{run.label} vs {runs[0].label}" for run in runs[1:]]
     rows = []
-    for metric, label, unit, values in rows_compared(runs):
-        row: list[object] = [label, unit, *values]
+    for metric, label, values in rows_compared(runs):
+        row: list[object] = [label, metric.unit, *values]
         for value in values[1:]:
             change, css = verdict(metric, values[0], value)
             mark = {"better": " ✓ better", "worse": " ✗ worse"}.get(css, "")

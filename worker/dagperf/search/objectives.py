@@ -5,7 +5,8 @@ METRIC is a per-request metric of the summary (`time_to_first_token`, `inter_tok
 `request_latency`, ...), `session_duration`, or `error_rate` (a fraction of requests; STAT is
 then `avg` or `max`, the same value). STAT is `avg`, `min`, `max` or a percentile the summary
 reports (p1, p5, p10, p25, p50, p75, p90, p95, p99). Times are in ms. An objective is a ceiling
-(the value must not exceed it), except for `output_token_throughput_per_user`, a floor.
+(the value must not exceed it), except on a metric higher is better of
+(`output_token_throughput_per_user`), a floor. A streamed metric needs `--streaming`.
 """
 
 from __future__ import annotations
@@ -13,18 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dagperf.vocabulary.catalog import OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
+from dagperf.vocabulary import catalog
 
-STATS = ("avg", "min", "max", *(f"p{p}" for p in PERCENTILES))
-SESSION_METRICS = ("session_duration",)
-METRICS = (*RECORD, *SESSION_METRICS, "error_rate")
-STREAMED = (
-    "time_to_first_token",
-    "time_to_second_token",
-    "inter_token_latency",
-    "inter_chunk_latency",
-    "output_token_throughput_per_user",
-)
+STATS = ("avg", "min", "max", *(f"p{p}" for p in catalog.PERCENTILES))
+METRICS = (*catalog.RECORD, catalog.SESSION_DURATION.name, catalog.ERROR_RATE.name)
 
 
 @dataclass(frozen=True)
@@ -35,7 +28,8 @@ class Objective:
 
     @property
     def ceiling(self) -> bool:
-        return OBJECTIVE_IS_CEILING.get(self.metric, True)
+        metric = catalog.METRICS.get(self.metric)
+        return metric is None or metric.ceiling
 
     def __str__(self) -> str:
         return f"{self.metric}:{self.stat}:{self.value:g}"
@@ -51,7 +45,7 @@ def parse_objectives(text: str) -> list[Objective]:
         metric, stat, raw = parts
         if metric not in METRICS:
             raise ValueError(f"{item!r}: unknown metric {metric!r} (one of {', '.join(METRICS)})")
-        allowed = ("avg", "max") if metric == "error_rate" else STATS
+        allowed = ("avg", "max") if metric == catalog.ERROR_RATE.name else STATS
         if stat not in allowed:
             raise ValueError(f"{item!r}: STAT must be one of {', '.join(allowed)}")
         try:
@@ -62,13 +56,15 @@ def parse_objectives(text: str) -> list[Objective]:
             raise ValueError(f"{item!r}: VALUE must be a finite number, 0 or more")
         objectives.append(Objective(metric, stat, value))
     if not objectives:
-        raise ValueError("give at least one objective, e.g. time_to_first_token:p99:500")
+        example = f"{catalog.TIME_TO_FIRST_TOKEN.name}:p99:500"
+        raise ValueError(f"give at least one objective, e.g. {example}")
     return objectives
 
 
 def unmeasurable(objectives: list[Objective], streaming: bool) -> str | None:
     """Why a run with these settings cannot measure an objective, if it cannot."""
     for o in objectives:
-        if o.metric in STREAMED and not streaming:
+        metric = catalog.METRICS.get(o.metric)
+        if metric is not None and metric.streamed and not streaming:
             return f"{o} needs --streaming: without it a reply comes whole, with no token times"
     return None
