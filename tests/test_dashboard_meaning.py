@@ -14,6 +14,9 @@ import json
 import math
 import subprocess
 
+from dagperf.metrics.live import histogram_name
+from dagperf.vocabulary import catalog
+
 from dashboard import load_dashboard, queries
 from prom import PROMTOOL
 
@@ -67,15 +70,15 @@ def series(benchmark: str, scale: float) -> dict[str, str]:
          "joins_suppressed"), start=1,
     ):  # fmt: skip
         out[f"dagperf_branch_{name}_total{{{b}}}"] = counter(6 * n * scale)
-    ttft = "dagperf_time_to_first_token_seconds"
+    ttft = histogram_name(catalog.TIME_TO_FIRST_TOKEN)
     # roots: half within 0.1 s, 90% within 0.2 s, all within 0.5 s; FORK children all within 0.1 s
     roots = {"0.1": 50, "0.2": 90, "0.5": 100, "+Inf": 100}
     out |= histogram(ttft, f'{b},branch_mode="root"', roots)
     forks = {le: 100 * scale for le in ("0.1", "0.2", "0.5", "+Inf")}
     out |= histogram(ttft, f'{b},branch_mode="fork"', forks)
     itl = {"0.01": 10, "0.02": 20, "0.05": 40, "+Inf": 40 * scale}
-    out |= histogram("dagperf_inter_token_latency_seconds", b, itl)
-    latency = "dagperf_request_latency_seconds"
+    out |= histogram(histogram_name(catalog.INTER_TOKEN_LATENCY), b, itl)
+    latency = histogram_name(catalog.REQUEST_LATENCY)
     out |= histogram(latency, f'{b},agent_depth="0"', {"1": 10, "2": 20, "5": 20, "+Inf": 20})
     out |= histogram(latency, f'{b},agent_depth="1"', {"1": 20, "2": 20, "5": 20, "+Inf": 20})
     return out

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from dagperf.apis.conversation import Message, captured_reply
+from dagperf.vocabulary import catalog
 
 T = TypeVar("T")
 LENGTH = "length"  # the reply ended at its token limit
@@ -154,17 +155,19 @@ class Reply:
     def usage_counts(self) -> dict[str, int]:
         """Server-reported token counts, by metric name, where the server gave them."""
         usage = self.usage
+        out: dict[str, int] = {}
         if usage is None:
-            return {} if self.cache_n is None else {"usage_prompt_cache_read_tokens": self.cache_n}
-        out = {}
+            if self.cache_n is not None:
+                out[catalog.USAGE_PROMPT_CACHE_READ_TOKENS.name] = self.cache_n
+            return out
         if usage.prompt_tokens is not None:
-            out["usage_prompt_tokens"] = usage.prompt_tokens
+            out[catalog.USAGE_PROMPT_TOKENS.name] = usage.prompt_tokens
         if usage.completion_tokens is not None:
-            out["usage_completion_tokens"] = usage.completion_tokens
+            out[catalog.USAGE_COMPLETION_TOKENS.name] = usage.completion_tokens
         cached = (usage.prompt_tokens_details or {}).get("cached_tokens", self.cache_n)
         if isinstance(cached, int):
-            out["usage_prompt_cache_read_tokens"] = cached
+            out[catalog.USAGE_PROMPT_CACHE_READ_TOKENS.name] = cached
         reasoning = (usage.completion_tokens_details or {}).get("reasoning_tokens")
         if isinstance(reasoning, int):
-            out["usage_reasoning_tokens"] = reasoning
+            out[catalog.USAGE_REASONING_TOKENS.name] = reasoning
         return out

@@ -24,8 +24,12 @@ from dagperf.engine import Flight
 from dagperf.graph import SessionKind, Tree
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import Result
+from dagperf.vocabulary import catalog
 
 MAX_GROUPS_LISTED = 100
+# What a view calls its figures of each metric: the metric's name with its unit.
+TTFT_MS = f"{catalog.TIME_TO_FIRST_TOKEN.name}_ms"
+LATENCY_MS = f"{catalog.REQUEST_LATENCY.name}_ms"
 
 
 @dataclass(slots=True)
@@ -40,20 +44,23 @@ class _View:
     cut: int = 0  # cut short by the run itself
 
     def add(self, metrics: dict[str, Any]) -> None:
-        if "time_to_first_token" in metrics:
-            self.ttft.add(metrics["time_to_first_token"])
-        self.latency.add(metrics["request_latency"])
-        if "usage_prompt_cache_read_tokens" in metrics and "usage_prompt_tokens" in metrics:
-            self.prompt_tokens += metrics["usage_prompt_tokens"]
-            self.cached_tokens += metrics["usage_prompt_cache_read_tokens"]
+        ttft = metrics.get(catalog.TIME_TO_FIRST_TOKEN.name)
+        if ttft is not None:
+            self.ttft.add(ttft)
+        self.latency.add(metrics[catalog.REQUEST_LATENCY.name])
+        prompt = metrics.get(catalog.USAGE_PROMPT_TOKENS.name)
+        cached = metrics.get(catalog.USAGE_PROMPT_CACHE_READ_TOKENS.name)
+        if cached is not None and prompt is not None:
+            self.prompt_tokens += prompt
+            self.cached_tokens += cached
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"requests": self.latency.count, "errors": self.errors}
         if self.cut:
             out["cut"] = self.cut
         for name, d in (
-            ("time_to_first_token_ms", self.ttft),
-            ("request_latency_ms", self.latency),
+            (TTFT_MS, self.ttft),
+            (LATENCY_MS, self.latency),
         ):
             if d.count:
                 p50, p99 = d.percentiles((50, 99))
@@ -82,7 +89,7 @@ class DagReport:
         self._others_cached = Distribution()
         self._groups = 0
         self._listed: list[dict[str, Any]] = []
-        self._metric = "time_to_first_token"
+        self._metric = catalog.TIME_TO_FIRST_TOKEN.name
 
     def add(self, flight: Flight, result: Result) -> None:
         tree = flight.run.tree
@@ -109,11 +116,12 @@ class DagReport:
         self, flight: Flight, tree: Tree, parent: int | None, branch: str | None, result: Result
     ) -> None:
         metrics = result.metrics
-        if "time_to_first_token" not in metrics:
-            self._metric = "request_latency"
-        speed = metrics.get("time_to_first_token", metrics["request_latency"])
-        prompt = metrics.get("usage_prompt_tokens")
-        cached = metrics.get("usage_prompt_cache_read_tokens")
+        speed = metrics.get(catalog.TIME_TO_FIRST_TOKEN.name)
+        if speed is None:
+            self._metric = catalog.REQUEST_LATENCY.name
+            speed = metrics[catalog.REQUEST_LATENCY.name]
+        prompt = metrics.get(catalog.USAGE_PROMPT_TOKENS.name)
+        cached = metrics.get(catalog.USAGE_PROMPT_CACHE_READ_TOKENS.name)
         share = cached / prompt if prompt and cached is not None else None
         key = (flight.run.id, parent, branch)  # a FORK branch of one run of one tree
         group = self._open.setdefault(key, [])

@@ -19,6 +19,7 @@ from dagperf.graph import SessionKind
 from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import Result
+from dagperf.vocabulary import catalog
 
 
 class _Sent(NamedTuple):
@@ -49,8 +50,8 @@ class ForkReuse:
             self._runs.add(flight.run, _OTHER)  # every result counts towards its run's end
             return
         self.requests += 1
-        prompt = result.metrics.get("usage_prompt_tokens")
-        cached = result.metrics.get("usage_prompt_cache_read_tokens")
+        prompt = result.metrics.get(catalog.USAGE_PROMPT_TOKENS.name)
+        cached = result.metrics.get(catalog.USAGE_PROMPT_CACHE_READ_TOKENS.name)
         if prompt is None or cached is None:
             self.unreported += 1
             self._runs.add(flight.run, _OTHER)

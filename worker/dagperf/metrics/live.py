@@ -16,6 +16,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dagperf.engine import BranchStats, Flight, Phase, Progress
 from dagperf.transport.protocol import Result
+from dagperf.vocabulary import catalog
+
+
+def histogram_name(metric: catalog.Metric) -> str:
+    """The live histogram of a metric timed in ms: `dagperf_<name>_seconds`."""
+    return f"dagperf_{metric.name}_seconds"
 
 
 def _seconds(bounds: str) -> tuple[float, ...]:
@@ -68,21 +74,21 @@ class LiveMetrics:
             "dagperf_cached_prompt_tokens", "Prompt tokens the server reported as cached"
         )
         self.ttft = Histogram(
-            "dagperf_time_to_first_token_seconds",
+            histogram_name(catalog.TIME_TO_FIRST_TOKEN),
             "Time to first token",
             [*b, "branch_mode"],
             buckets=TTFT_BUCKETS,
             registry=registry,
         )
         self.itl = Histogram(
-            "dagperf_inter_token_latency_seconds",
+            histogram_name(catalog.INTER_TOKEN_LATENCY),
             "Inter-token latency",
             b,
             buckets=ITL_BUCKETS,
             registry=registry,
         )
         self.latency = Histogram(
-            "dagperf_request_latency_seconds",
+            histogram_name(catalog.REQUEST_LATENCY),
             "Request latency",
             [*b, "agent_depth"],
             buckets=LATENCY_BUCKETS,
@@ -121,16 +127,19 @@ class LiveMetrics:
         metrics: dict[str, Any] = result.metrics
         session = flight.run.tree.sessions[flight.run.tree.nodes[flight.node].session]
         depth = str(session.depth) if session.depth < MAX_DEPTH_LABEL else f"{MAX_DEPTH_LABEL}+"
-        self.latency.labels(benchmark, depth).observe(metrics["request_latency"] / 1000)
-        if "time_to_first_token" in metrics:
-            self.ttft.labels(benchmark, session.kind.value).observe(
-                metrics["time_to_first_token"] / 1000
-            )
-        if "inter_token_latency" in metrics:
-            self.itl.labels(benchmark).observe(metrics["inter_token_latency"] / 1000)
-        self.input_tokens.labels(benchmark).inc(metrics.get("input_sequence_length", 0))
-        self.output_tokens.labels(benchmark).inc(metrics.get("output_sequence_length", 0))
-        self.cached_tokens.labels(benchmark).inc(metrics.get("usage_prompt_cache_read_tokens", 0))
+        self.latency.labels(benchmark, depth).observe(metrics[catalog.REQUEST_LATENCY.name] / 1000)
+        ttft = metrics.get(catalog.TIME_TO_FIRST_TOKEN.name)
+        if ttft is not None:
+            self.ttft.labels(benchmark, session.kind.value).observe(ttft / 1000)
+        itl = metrics.get(catalog.INTER_TOKEN_LATENCY.name)
+        if itl is not None:
+            self.itl.labels(benchmark).observe(itl / 1000)
+        for counter, metric in (
+            (self.input_tokens, catalog.INPUT_SEQUENCE_LENGTH),
+            (self.output_tokens, catalog.OUTPUT_SEQUENCE_LENGTH),
+            (self.cached_tokens, catalog.USAGE_PROMPT_CACHE_READ_TOKENS),
+        ):
+            counter.labels(benchmark).inc(metrics.get(metric.name, 0))
 
     def update(self, progress: Progress, workers: int, stats: BranchStats) -> None:
         """Gauges and BranchStats, from the dispatcher's latest state; a warm-up is not shown."""

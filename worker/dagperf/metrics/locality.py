@@ -24,6 +24,7 @@ from dagperf.engine import Flight, TreeRun
 from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
 from dagperf.transport.protocol import Result
+from dagperf.vocabulary import catalog
 
 UNKNOWN_REASON = (
     "no response named the backend that served it: give --backend-header NAME (a response "
@@ -70,7 +71,9 @@ class Locality:
         else:
             self.sources[source] += 1
         metrics = result.metrics
-        speed = metrics.get("time_to_first_token", metrics.get("request_latency"))
+        speed = metrics.get(catalog.TIME_TO_FIRST_TOKEN.name)
+        if speed is None:
+            speed = metrics.get(catalog.REQUEST_LATENCY.name)
         self._runs.add(flight.run, _Served(route, result.start_ns, backend, speed, False))
 
     def retire(self, run: TreeRun) -> None:

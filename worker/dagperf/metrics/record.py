@@ -16,6 +16,7 @@ import itertools
 from typing import Any
 
 from dagperf.transport.client import Exchange
+from dagperf.vocabulary import catalog
 from dagperf.vocabulary.tokens import ESTIMATE, TOKENIZER, USAGE, TokenCounter
 
 
@@ -23,11 +24,11 @@ def request_metrics(ex: Exchange, prompt: str, counter: TokenCounter) -> tuple[d
     """Metrics of a successful request, and the source of its token counts."""
     start = ex.start_perf
     latency = (ex.end_perf - start) / 1e6
-    metrics: dict[str, Any] = {"request_latency": latency}
+    metrics: dict[str, Any] = {catalog.REQUEST_LATENCY.name: latency}
     usage = ex.reply.usage_counts()
     metrics.update(usage)
     reply = ex.reply
-    osl = usage.get("usage_completion_tokens")
+    osl = usage.get(catalog.USAGE_COMPLETION_TOKENS.name)
     if osl is not None:
         source = USAGE
     elif counter.source == TOKENIZER or not ex.streamed:
@@ -36,27 +37,30 @@ def request_metrics(ex: Exchange, prompt: str, counter: TokenCounter) -> tuple[d
     else:
         osl = len(ex.output_perf)  # one token per streamed output event
         source = ESTIMATE
-    isl = usage.get("usage_prompt_tokens")
-    metrics["output_sequence_length"] = osl
-    metrics["input_sequence_length"] = isl if isl is not None else counter.count(prompt)
-    if "usage_reasoning_tokens" in usage:
-        metrics["reasoning_token_count"] = usage["usage_reasoning_tokens"]
+    isl = usage.get(catalog.USAGE_PROMPT_TOKENS.name)
+    metrics[catalog.OUTPUT_SEQUENCE_LENGTH.name] = osl
+    metrics[catalog.INPUT_SEQUENCE_LENGTH.name] = isl if isl is not None else counter.count(prompt)
+    reasoning = usage.get(catalog.USAGE_REASONING_TOKENS.name)
+    if reasoning is not None:
+        metrics[catalog.REASONING_TOKEN_COUNT.name] = reasoning
     elif reply.reasoning:
-        metrics["reasoning_token_count"] = counter.count(reply.reasoning_text)
+        metrics[catalog.REASONING_TOKEN_COUNT.name] = counter.count(reply.reasoning_text)
     stamps = ex.output_perf
     if stamps:
         ttft = (stamps[0] - start) / 1e6
-        metrics["time_to_first_token"] = ttft
+        metrics[catalog.TIME_TO_FIRST_TOKEN.name] = ttft
         if len(stamps) > 1:
-            metrics["time_to_second_token"] = (stamps[1] - stamps[0]) / 1e6
-            metrics["inter_chunk_latency"] = [(b - a) / 1e6 for a, b in itertools.pairwise(stamps)]
+            metrics[catalog.TIME_TO_SECOND_TOKEN.name] = (stamps[1] - stamps[0]) / 1e6
+            metrics[catalog.INTER_CHUNK_LATENCY.name] = [
+                (b - a) / 1e6 for a, b in itertools.pairwise(stamps)
+            ]
         if osl > 1:
             itl = (latency - ttft) / (osl - 1)
-            metrics["inter_token_latency"] = itl
+            metrics[catalog.INTER_TOKEN_LATENCY.name] = itl
             if itl > 0:
-                metrics["output_token_throughput_per_user"] = 1000.0 / itl
+                metrics[catalog.OUTPUT_TOKEN_THROUGHPUT_PER_USER.name] = 1000.0 / itl
     return metrics, source
 
 
 def error_metrics(prompt: str, counter: TokenCounter) -> dict[str, Any]:
-    return {"error_isl": counter.count(prompt)}
+    return {catalog.ERROR_ISL.name: counter.count(prompt)}

@@ -23,6 +23,7 @@ from dagperf.metrics.per_run import PerRun
 from dagperf.metrics.summary import Distribution
 from dagperf.metrics.window import WindowSample
 from dagperf.transport.protocol import Result
+from dagperf.vocabulary import catalog
 
 SLOWEST_LISTED = 10
 
@@ -140,15 +141,13 @@ class SessionMetrics:
     def report(self, duration_s: float) -> dict[str, Any]:
         """The figures for `profile_export_aiperf.json`: `duration_s` is the phase's."""
         out: dict[str, Any] = {
-            "session_count": {"unit": "sessions", "avg": self.count},
-            "good_session_count": {"unit": "sessions", "avg": self.good},
-            "session_goodput": {
-                "unit": "sessions/sec",
-                "avg": self.good / duration_s if duration_s else 0.0,
-            },
+            **_scalar(catalog.SESSION_COUNT, self.count),
+            **_scalar(catalog.GOOD_SESSION_COUNT, self.good),
+            **_scalar(catalog.SESSION_GOODPUT, self.good / duration_s if duration_s else 0.0),
         }
         if self.duration.count:
-            out["session_duration"] = {"unit": "ms", **self.duration.stats()}
+            duration = catalog.SESSION_DURATION
+            out[duration.name] = {"unit": duration.unit, **self.duration.stats()}
         total = self._server + self._dispatch + self._delay
         if total:
             out["critical_path"] = {
@@ -163,11 +162,16 @@ class SessionMetrics:
                 "slowest": [line for *_, line in sorted(self._slowest, key=_by_duration)],
             }
         if self.incomplete:
-            out["incomplete_session_count"] = {"unit": "sessions", "avg": self.incomplete}
+            out |= _scalar(catalog.INCOMPLETE_SESSION_COUNT, self.incomplete)
         if self.cancelled:
-            out["cancelled_session_count"] = {"unit": "sessions", "avg": self.cancelled}
-            out["cancelled_request_count"] = {"unit": "requests", "avg": self.cancelled_requests}
+            out |= _scalar(catalog.CANCELLED_SESSION_COUNT, self.cancelled)
+            out |= _scalar(catalog.CANCELLED_REQUEST_COUNT, self.cancelled_requests)
         return out
+
+
+def _scalar(metric: catalog.Metric, value: float) -> dict[str, dict[str, Any]]:
+    """One figure of the summary, as AIPerf writes a scalar: `{name: {unit, avg}}`."""
+    return {metric.name: {"unit": metric.unit, "avg": value}}
 
 
 def _by_duration(item: tuple[float, int, dict[str, Any]]) -> tuple[float, int]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from dagperf.transport.protocol import ErrorInfo, Result
 from dagperf.verdict import describe_error
-from dagperf.vocabulary.catalog import AGGREGATE, OBJECTIVE_IS_CEILING, PERCENTILES, RECORD
+from dagperf.vocabulary import catalog
 
 EXACT_LIMIT = 65_536
 FOLD_EVERY = 4096  # past the limit, values wait in the array until this many fold at once
@@ -163,7 +163,7 @@ class Distribution:
             return int(value)
         return float(value)
 
-    def percentiles(self, points: tuple[float, ...] = PERCENTILES) -> list[float]:
+    def percentiles(self, points: tuple[float, ...] = catalog.PERCENTILES) -> list[float]:
         if not self.count:
             return [math.nan] * len(points)
         if self._exact is not None:
@@ -216,7 +216,7 @@ class Distribution:
     def stats(self) -> dict[str, float]:
         """AIPerf's statistics for one metric (population standard deviation)."""
         out = {"avg": self.sum / self.count if self.count else math.nan}
-        out |= {f"p{p}": v for p, v in zip(PERCENTILES, self.percentiles(), strict=True)}
+        out |= {f"p{p}": v for p, v in zip(catalog.PERCENTILES, self.percentiles(), strict=True)}
         out |= {"min": self.min, "max": self.max, "std": self.std, "count": self.count}
         out["sum"] = self.sum
         return out
@@ -297,7 +297,7 @@ class PhaseSummary:
             value = metrics.get(name)
             if value is None:
                 return False
-            if value > threshold if OBJECTIVE_IS_CEILING[name] else value < threshold:
+            if value > threshold if catalog.OBJECTIVE_IS_CEILING[name] else value < threshold:
                 return False
         return True
 
@@ -322,31 +322,31 @@ class PhaseSummary:
         """Per-request metrics: unit plus statistics, in catalog order."""
         return {
             name: {"unit": metric.unit, **self.distributions[name].stats()}
-            for name, metric in RECORD.items()
+            for name, metric in catalog.RECORD.items()
             if name in self.distributions and self.distributions[name].count
         }
 
     def aggregates(self) -> dict[str, float]:
         duration = self.duration_s
-        osl = self.distributions.get("output_sequence_length")
-        isl = self.distributions.get("input_sequence_length")
+        osl = self.distributions.get(catalog.OUTPUT_SEQUENCE_LENGTH.name)
+        isl = self.distributions.get(catalog.INPUT_SEQUENCE_LENGTH.name)
         total_osl = osl.sum if osl else 0.0
         total = self.ok + self.error_count
         values = {
-            "request_throughput": self.ok / duration if duration else 0.0,
-            "output_token_throughput": total_osl / duration if duration else 0.0,
-            "request_count": float(self.ok),
-            "error_request_count": float(self.error_count),
-            "request_error_rate": 100.0 * self.error_count / total if total else 0.0,
-            "cut_request_count": float(self.cut),
-            "benchmark_duration": duration,
-            "total_isl": isl.sum if isl else 0.0,
-            "total_osl": total_osl,
+            catalog.REQUEST_THROUGHPUT.name: self.ok / duration if duration else 0.0,
+            catalog.OUTPUT_TOKEN_THROUGHPUT.name: total_osl / duration if duration else 0.0,
+            catalog.REQUEST_COUNT.name: float(self.ok),
+            catalog.ERROR_REQUEST_COUNT.name: float(self.error_count),
+            catalog.REQUEST_ERROR_RATE.name: 100.0 * self.error_count / total if total else 0.0,
+            catalog.CUT_REQUEST_COUNT.name: float(self.cut),
+            catalog.BENCHMARK_DURATION.name: duration,
+            catalog.TOTAL_ISL.name: isl.sum if isl else 0.0,
+            catalog.TOTAL_OSL.name: total_osl,
         }
-        assert values.keys() == AGGREGATE.keys()
+        assert values.keys() == catalog.AGGREGATE.keys()
         if self.goodput:
-            values["goodput"] = self.good / duration if duration else 0.0
-            values["good_request_count"] = float(self.good)
+            values[catalog.GOODPUT.name] = self.good / duration if duration else 0.0
+            values[catalog.GOOD_REQUEST_COUNT.name] = float(self.good)
         return values
 
     def error_summary(self) -> list[dict[str, Any]]:

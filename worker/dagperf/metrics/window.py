@@ -37,16 +37,18 @@ from dagperf.metrics.censored import (
 )
 from dagperf.transport.protocol import Result
 from dagperf.verdict import Verdict
+from dagperf.vocabulary import catalog
 
 REPORTED = ("p50", "p90", "p99")  # each sampled metric's bounds in the summary
-SESSIONS = "session_duration"
-ERROR_RATE = "error_rate"
+SESSIONS = catalog.SESSION_DURATION.name
+ERROR_RATE = catalog.ERROR_RATE.name
 
 
 def sampled(streaming: bool) -> tuple[str, ...]:
     """The metrics whose bounds every run reports: latency, and with streaming the first
     token's time."""
-    return ("time_to_first_token", "request_latency") if streaming else ("request_latency",)
+    latency, ttft = catalog.REQUEST_LATENCY.name, catalog.TIME_TO_FIRST_TOKEN.name
+    return (ttft, latency) if streaming else (latency,)
 
 
 def cut_values(result: Result) -> Iterator[tuple[str, float, bool]]:
@@ -56,22 +58,23 @@ def cut_values(result: Result) -> Iterator[tuple[str, float, bool]]:
     waited, stamps = result.cut.waited_ms, result.cut.stamps_ms
     if stamps is None:  # its worker never answered: nothing seen but that it was sent
         return
-    yield "request_latency", waited, False
-    yield "output_sequence_length", float(len(stamps)), False
-    isl = result.metrics.get("error_isl")
+    yield catalog.REQUEST_LATENCY.name, waited, False
+    yield catalog.OUTPUT_SEQUENCE_LENGTH.name, float(len(stamps)), False
+    isl = result.metrics.get(catalog.ERROR_ISL.name)
     if isl is not None:
-        yield "input_sequence_length", float(isl), True
+        yield catalog.INPUT_SEQUENCE_LENGTH.name, float(isl), True
+    ttft, ttst = catalog.TIME_TO_FIRST_TOKEN.name, catalog.TIME_TO_SECOND_TOKEN.name
     if not stamps:
-        yield "time_to_first_token", waited, False
+        yield ttft, waited, False
         return
-    yield "time_to_first_token", stamps[0], True
+    yield ttft, stamps[0], True
     if len(stamps) > 1:
-        yield "time_to_second_token", stamps[1] - stamps[0], True
+        yield ttst, stamps[1] - stamps[0], True
     else:
-        yield "time_to_second_token", waited - stamps[0], False
+        yield ttst, waited - stamps[0], False
     for before, after in itertools.pairwise(stamps):
-        yield "inter_chunk_latency", after - before, True
-    yield "inter_chunk_latency", waited - stamps[-1], False
+        yield catalog.INTER_CHUNK_LATENCY.name, after - before, True
+    yield catalog.INTER_CHUNK_LATENCY.name, waited - stamps[-1], False
 
 
 class WindowSample:
