@@ -14,18 +14,19 @@ import time
 from typing import Any, TextIO
 
 from dagperf.engine import Progress
-from dagperf.vocabulary.catalog import RECORD, SCALARS
+from dagperf.metrics.dag_report import LATENCY_MS, TTFT_MS
+from dagperf.vocabulary import catalog
 
 log = logging.getLogger("dagperf.progress")
 
 TABLE_METRICS = (
-    "time_to_first_token",
-    "time_to_second_token",
-    "request_latency",
-    "inter_token_latency",
-    "output_token_throughput_per_user",
-    "output_sequence_length",
-    "input_sequence_length",
+    catalog.TIME_TO_FIRST_TOKEN,
+    catalog.TIME_TO_SECOND_TOKEN,
+    catalog.REQUEST_LATENCY,
+    catalog.INTER_TOKEN_LATENCY,
+    catalog.OUTPUT_TOKEN_THROUGHPUT_PER_USER,
+    catalog.OUTPUT_SEQUENCE_LENGTH,
+    catalog.INPUT_SEQUENCE_LENGTH,
 )
 TABLE_STATS = ("avg", "min", "max", "p99", "p90", "p50", "std")
 LOG_EVERY_S = 5.0
@@ -91,13 +92,13 @@ class Console:
 
 
 def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
-    if not (document.get("request_count") or {}).get("avg"):
+    if not _count(document, catalog.REQUEST_COUNT):
         return _nothing_succeeded(document, artifact_dir)  # a table of zeros would say nothing
     rows: list[tuple[str, ...]] = [("Metric", *TABLE_STATS)]
-    for name in TABLE_METRICS:
-        stats = document.get(name)
+    for metric in TABLE_METRICS:
+        stats = document.get(metric.name)
         if stats:
-            label = f"{RECORD[name].label} ({stats['unit']})"
+            label = f"{metric.label} ({stats['unit']})"
             rows.append((label, *(_number(stats[s]) for s in TABLE_STATS)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "dagperf | LLM metrics"]
@@ -109,7 +110,7 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
             )
         )
     lines.append("")
-    for name, metric in SCALARS.items():
+    for name, metric in catalog.SCALARS.items():
         if name in document:
             lines.append(f"{metric.label} ({metric.unit}): {_number(document[name]['avg'])}")
     estimated = (document.get("token_count_source") or {}).get("estimate", 0)
@@ -133,11 +134,16 @@ def render_summary(document: dict[str, Any], artifact_dir: str) -> str:
 
 
 def _nothing_succeeded(document: dict[str, Any], artifact_dir: str) -> str:
-    failed = int((document.get("error_request_count") or {}).get("avg", 0))
-    cut = int((document.get("cut_request_count") or {}).get("avg", 0))
+    failed = _count(document, catalog.ERROR_REQUEST_COUNT)
+    cut = _count(document, catalog.CUT_REQUEST_COUNT)
     lines = ["", f"dagperf | no request succeeded: {failed:,} failed, {cut:,} cut short by the run"]
     lines += _cut_lines(document) + _error_lines(document) + [f"Artifacts: {artifact_dir}"]
     return "\n".join(lines) + "\n"
+
+
+def _count(document: dict[str, Any], metric: catalog.Metric) -> int:
+    """A count the summary holds (0 when it holds none)."""
+    return int((document.get(metric.name) or {}).get("avg", 0))
 
 
 def _error_lines(document: dict[str, Any]) -> list[str]:
@@ -153,7 +159,7 @@ def _cut_lines(document: dict[str, Any]) -> list[str]:
     """Requests the run cut short: how many, and what they leave the window's figures at."""
     window = document.get("window") or {}
     requests = window.get("requests") or {}
-    cut = int((document.get("cut_request_count") or {}).get("avg", 0))
+    cut = _count(document, catalog.CUT_REQUEST_COUNT)
     if not cut:
         return []
     waiting = requests.get("cut_before_first_token", 0)
@@ -163,8 +169,10 @@ def _cut_lines(document: dict[str, Any]) -> list[str]:
         "table above"
     )
     bounds = window.get("bounds") or {}
-    name = "time_to_first_token" if "time_to_first_token" in bounds else "request_latency"
-    p90 = (bounds.get(name) or {}).get("p90")
+    metric = catalog.TIME_TO_FIRST_TOKEN
+    if metric.name not in bounds:
+        metric = catalog.REQUEST_LATENCY
+    p90 = (bounds.get(metric.name) or {}).get("p90")
     if p90:
         low, high = p90
         if high is None:
@@ -173,7 +181,7 @@ def _cut_lines(document: dict[str, Any]) -> list[str]:
             span = f"{_number(low)} ms"
         else:
             span = f"{_number(low)}..{_number(high)} ms"
-        line += f"; with them, the window's {RECORD[name].label.lower()} p90 is {span}"
+        line += f"; with them, the window's {metric.label.lower()} p90 is {span}"
     return [line]
 
 
@@ -182,8 +190,8 @@ def _dag_lines(report: dict[str, Any]) -> list[str]:
     lines = []
 
     def view(name: str, v: dict[str, Any]) -> str:
-        speed = v.get("time_to_first_token_ms") or v.get("request_latency_ms")
-        label = "TTFT" if "time_to_first_token_ms" in v else "latency"
+        speed = v.get(TTFT_MS) or v.get(LATENCY_MS)
+        label = "TTFT" if TTFT_MS in v else "latency"
         text = f"{name}: {v['requests']} req"
         if speed:
             text += f", {label} p50 {_number(speed['p50'])} ms p99 {_number(speed['p99'])} ms"
@@ -198,7 +206,7 @@ def _dag_lines(report: dict[str, Any]) -> list[str]:
         lines.append("By branch mode: " + _bounded(modes, view, "branch modes"))
     siblings = report.get("fork_siblings") or {}
     if siblings.get("groups") and "others_ms" in siblings:
-        metric = "TTFT" if siblings["metric"] == "time_to_first_token" else "latency"
+        metric = "TTFT" if siblings["metric"] == catalog.TIME_TO_FIRST_TOKEN.name else "latency"
         text = (
             f"FORK siblings ({siblings['groups']} groups): first {metric} p50 "
             f"{_number(siblings['first_ms']['p50'])} ms, others "
@@ -230,7 +238,7 @@ def _bounded(groups: dict[str, dict[str, Any]], view: Any, noun: str) -> str:
 def _session_lines(document: dict[str, Any]) -> list[str]:
     """Session duration and where the sessions' time went along their critical paths."""
     lines = []
-    duration = document.get("session_duration")
+    duration = document.get(catalog.SESSION_DURATION.name)
     if duration:
         lines.append(
             f"Session duration (ms): p50 {_number(duration['p50'])}, p90 "

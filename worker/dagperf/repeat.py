@@ -17,6 +17,7 @@ from dagperf import verdict
 from dagperf.console import Console
 from dagperf.exports.aggregate import HEADLINE, aggregate, render, write_aggregate
 from dagperf.profile import LocalPlan, run_local
+from dagperf.vocabulary import catalog
 
 DEFAULT_SEED = 42
 
@@ -47,7 +48,7 @@ async def run_repeated(plan: LocalPlan, runs: int, confidence: float, out: TextI
             continue
         documents.append(outcome.document)
         labels.append(label)
-        throughput = outcome.document["request_throughput"]["avg"]
+        throughput = outcome.document[catalog.REQUEST_THROUGHPUT.name]["avg"]
         print(f"{label}: {throughput:,.2f} requests/s", file=out, flush=True)
     try:
         result = aggregate(documents, labels, failed, confidence)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dagperf.exports.files import whole_or_nothing
-from dagperf.vocabulary.catalog import RECORD, SCALARS
+from dagperf.vocabulary import catalog
 
 UNSTABLE_CV = 0.10
 SPREADS = ("_std", "_min", "_max")  # figures not judged for stability
@@ -56,14 +56,14 @@ def _t_cdf(t: float, df: int) -> float:
 def figures(document: dict[str, Any]) -> dict[str, tuple[float, str]]:
     """Every figure of a run's summary worth comparing across runs, as (value, unit)."""
     out: dict[str, tuple[float, str]] = {}
-    for name in (*RECORD, "session_duration"):
+    for name in (*catalog.RECORD, catalog.SESSION_DURATION.name):
         stats = document.get(name)
         if stats:
             for stat in STATS:
                 value = stats.get(stat)
                 if isinstance(value, int | float) and math.isfinite(value):
                     out[f"{name}_{stat}"] = (float(value), stats["unit"])
-    for name in SCALARS:
+    for name in catalog.SCALARS:
         scalar = document.get(name)
         if scalar and isinstance(scalar.get("avg"), int | float):
             out[f"{name}_avg"] = (float(scalar["avg"]), scalar["unit"])
@@ -152,12 +152,15 @@ def render(result: dict[str, Any], headline: tuple[str, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-HEADLINE = (
-    "request_throughput_avg",
-    "time_to_first_token_p50",
-    "time_to_first_token_p99",
-    "inter_token_latency_p50",
-    "request_latency_p99",
-    "session_duration_p90",
-    "session_goodput_avg",
+HEADLINE = tuple(
+    f"{metric.name}_{stat}"
+    for metric, stat in (
+        (catalog.REQUEST_THROUGHPUT, "avg"),
+        (catalog.TIME_TO_FIRST_TOKEN, "p50"),
+        (catalog.TIME_TO_FIRST_TOKEN, "p99"),
+        (catalog.INTER_TOKEN_LATENCY, "p50"),
+        (catalog.REQUEST_LATENCY, "p99"),
+        (catalog.SESSION_DURATION, "p90"),
+        (catalog.SESSION_GOODPUT, "avg"),
+    )
 )

@@ -16,7 +16,7 @@ import msgspec
 from dagperf.engine import Flight
 from dagperf.graph import SessionKind
 from dagperf.transport.protocol import Cut, Result
-from dagperf.vocabulary.catalog import UNITS
+from dagperf.vocabulary.catalog import TIME_TO_FIRST_TOKEN, UNITS
 
 
 def record(
@@ -93,7 +93,7 @@ def cut_record(cut: Cut) -> dict[str, Any]:
     return {
         "waited_ms": cut.waited_ms,
         "first_token": None if stamps is None else bool(stamps),
-        "time_to_first_token_ms": stamps[0] if stamps else None,
+        f"{TIME_TO_FIRST_TOKEN.name}_ms": stamps[0] if stamps else None,
         "output_tokens": None if stamps is None else len(stamps),
     }
 

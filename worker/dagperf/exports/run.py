@@ -34,6 +34,7 @@ from dagperf.metrics.sessions import SessionMetrics
 from dagperf.metrics.summary import PhaseSummary
 from dagperf.metrics.window import WindowSample
 from dagperf.transport import protocol
+from dagperf.vocabulary import catalog
 
 
 @dataclass
@@ -81,7 +82,7 @@ class RunOutput:
         self.server_metrics: ServerMetrics | None = None
         self._scraping: asyncio.Task[None] | None = None
         self.summary = PhaseSummary(goodput)
-        self.window = window or WindowSample(("request_latency",))
+        self.window = window or WindowSample((catalog.REQUEST_LATENCY.name,))
         self.dag_report = DagReport()
         self.sessions = SessionMetrics(self.summary.is_good, self._write_session, self.window)
         self.locality = Locality()
@@ -131,7 +132,7 @@ class RunOutput:
 
     def ttft_p50_ms(self) -> float | None:
         """The median time to first token so far (for the progress line)."""
-        ttft = self.summary.distributions.get("time_to_first_token")
+        ttft = self.summary.distributions.get(catalog.TIME_TO_FIRST_TOKEN.name)
         return ttft.percentiles((50,))[0] if ttft is not None and ttft.count else None
 
     def retire(self, runs: list[TreeRun]) -> None:

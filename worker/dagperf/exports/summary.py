@@ -19,7 +19,7 @@ from dagperf import __version__
 from dagperf.exports.aiperf_config import aiperf_input_config
 from dagperf.exports.files import whole_or_nothing
 from dagperf.metrics.summary import PhaseSummary
-from dagperf.vocabulary.catalog import PERCENTILES, RECORD, SCALARS, SESSION
+from dagperf.vocabulary.catalog import PERCENTILES, RECORD, SCALARS, SESSION, SESSION_DURATION
 
 STAT_COLUMNS = ("avg", "min", "max", "sum", *(f"p{p}" for p in PERCENTILES), "std")
 
@@ -69,8 +69,8 @@ def write_summary_csv(
     sessions = sessions or {}
     labels = {name: metric.label for name, metric in (RECORD | SESSION).items()}
     stats = summary.metric_stats()
-    if "session_duration" in sessions:
-        stats["session_duration"] = sessions["session_duration"]
+    if SESSION_DURATION.name in sessions:
+        stats[SESSION_DURATION.name] = sessions[SESSION_DURATION.name]
     rows = sorted((f"{labels[name]} ({s['unit']})", s) for name, s in stats.items())
     with whole_or_nothing(path, newline="") as f:
         out = csv.writer(f)

@@ -20,9 +20,12 @@ import msgspec
 from dagperf.exports.aiperf_config import aiperf_input_config
 from dagperf.exports.files import whole_or_nothing
 from dagperf.metrics.summary import Distribution
-from dagperf.vocabulary.catalog import RECORD
+from dagperf.vocabulary import catalog
 
 STATS = ("avg", "min", "max", "p50", "p90", "p95", "p99")
+# What each window counts (in its CSV's order), and its throughput.
+COUNTS = (catalog.REQUEST_COUNT, catalog.ERROR_REQUEST_COUNT, catalog.CUT_REQUEST_COUNT)
+THROUGHPUT = catalog.REQUEST_THROUGHPUT
 
 
 class _Slice:
@@ -44,7 +47,7 @@ class _Slice:
             self.errors += not cut
             return
         for name, metric in record["metrics"].items():
-            if name not in RECORD:
+            if name not in catalog.RECORD:
                 continue
             distribution = self.distributions.get(name)
             if distribution is None:
@@ -71,14 +74,14 @@ def timeslices(records: Path, first_start_ns: int, slice_s: float) -> list[dict[
             "timeslice_index": index,
             "start_s": index * slice_s,
             "end_s": (index + 1) * slice_s,
-            "request_count": counted.requests,
-            "error_request_count": counted.errors,
-            "cut_request_count": counted.cut,
-            "request_throughput": {"unit": "requests/sec", "avg": counted.requests / slice_s},
+            catalog.REQUEST_COUNT.name: counted.requests,
+            catalog.ERROR_REQUEST_COUNT.name: counted.errors,
+            catalog.CUT_REQUEST_COUNT.name: counted.cut,
+            THROUGHPUT.name: {"unit": THROUGHPUT.unit, "avg": counted.requests / slice_s},
         }
         for name, distribution in counted.distributions.items():
             stats = distribution.stats()
-            entry[name] = {"unit": RECORD[name].unit} | {k: stats[k] for k in STATS}
+            entry[name] = {"unit": catalog.RECORD[name].unit} | {k: stats[k] for k in STATS}
         out.append(entry)
     return out
 
@@ -98,23 +101,11 @@ def write_timeslices(
         out.writerow(["Timeslice", "Metric", "Unit", "Stat", "Value"])
         for entry in slices:
             index = entry["timeslice_index"]
-            out.writerow([index, "Request Count", "requests", "count", entry["request_count"]])
-            out.writerow(
-                [index, "Error Request Count", "requests", "count", entry["error_request_count"]]
-            )
-            out.writerow(
-                [index, "Cut Request Count", "requests", "count", entry["cut_request_count"]]
-            )
-            out.writerow(
-                [
-                    index,
-                    "Request Throughput",
-                    "requests/sec",
-                    "avg",
-                    f"{entry['request_throughput']['avg']:.2f}",
-                ]
-            )
-            for name, metric in RECORD.items():
+            for metric in COUNTS:
+                out.writerow([index, metric.label, metric.unit, "count", entry[metric.name]])
+            throughput = f"{entry[THROUGHPUT.name]['avg']:.2f}"
+            out.writerow([index, THROUGHPUT.label, THROUGHPUT.unit, "avg", throughput])
+            for name, metric in catalog.RECORD.items():
                 if name in entry:
                     for stat in STATS:
                         value = entry[name][stat]

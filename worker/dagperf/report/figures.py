@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from dagperf.report.runs import DRAWN_METRICS, Run
-from dagperf.vocabulary.catalog import RECORD
+from dagperf.vocabulary import catalog
 
 Figure = dict[str, Any]
 
@@ -74,22 +74,22 @@ def distributions(runs: list[Run]) -> list[Figure]:
     """A CDF and a histogram per latency metric, and per session duration; a metric no run has
     (TTFT without streaming) is left out."""
     out = []
-    for name in DRAWN_METRICS:
-        series = [(run, run.values[name]) for run in runs if name in run.values]
+    for metric in DRAWN_METRICS:
+        series = [(run, run.values[metric.name]) for run in runs if metric.name in run.values]
         if series:
-            out.extend(_pair(RECORD[name].label, series))
+            out.extend(_pair(metric.label, series))
     durations = [
         (run, np.asarray([s["duration_ms"] for s in run.sessions], dtype=float))
         for run in runs
         if run.sessions
     ]
     if durations:
-        out.extend(_pair("Session Duration", durations))
+        out.extend(_pair(catalog.SESSION_DURATION.label, durations))
     return out
 
 
 def _pair(label: str, series: list[tuple[Run, np.ndarray]]) -> list[Figure]:
-    noun = "session" if label == "Session Duration" else "request"
+    noun = "session" if label == catalog.SESSION_DURATION.label else "request"
     cdf, hist = [], []
     low = min(float(v.min()) for _, v in series)
     high = max(float(v.max()) for _, v in series)
@@ -296,5 +296,5 @@ def sibling_effect(runs: list[Run]) -> Figure | None:
             )
     if not data:
         return None
-    metric = RECORD[runs[0].sibling_metric].label
+    metric = runs[0].sibling_metric.label
     return {"data": data, "layout": layout(f"FORK siblings: {metric}", "", f"{metric} (ms)")}

@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from dagperf.vocabulary import catalog
+
 SUMMARY = "profile_export_aiperf.json"
 RECORDS = "profile_export.jsonl"
 SESSIONS = "session_export.jsonl"
@@ -91,11 +93,11 @@ class Run:
     output_tokens: np.ndarray  # aligned with ends_s
     failed: np.ndarray  # aligned with ends_s: the endpoint's failures (not cut requests)
     siblings: list[tuple[float, float]]  # FORK sibling groups: (first child, mean of others)
-    sibling_metric: str
+    sibling_metric: catalog.Metric  # what the siblings are compared on
     trees: dict[str, list[Request]] = field(default_factory=dict)  # drawn roots, slowest first
 
 
-DRAWN_METRICS = ("time_to_first_token", "inter_token_latency", "request_latency")
+DRAWN_METRICS = (catalog.TIME_TO_FIRST_TOKEN, catalog.INTER_TOKEN_LATENCY, catalog.REQUEST_LATENCY)
 
 
 def load_run(directory: Path, label: str, draw_trees: int = 40) -> Run:
@@ -119,7 +121,7 @@ def load_run(directory: Path, label: str, draw_trees: int = 40) -> Run:
         output_tokens=np.empty(0),
         failed=np.empty(0, dtype=bool),
         siblings=[],
-        sibling_metric="request_latency",
+        sibling_metric=catalog.REQUEST_LATENCY,
         trees={root: [] for root in drawn},
     )
     _read_records(directory / RECORDS, run)
@@ -149,9 +151,9 @@ def _sessions(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _metric(record: _Record, name: str) -> float | None:
-    metric = record.metrics.get(name)
-    return metric.value if metric is not None and isinstance(metric.value, float | int) else None
+def _metric(record: _Record, metric: catalog.Metric) -> float | None:
+    found = record.metrics.get(metric.name)
+    return found.value if found is not None and isinstance(found.value, float | int) else None
 
 
 class _Reader:
@@ -159,7 +161,7 @@ class _Reader:
 
     def __init__(self, run: Run):
         self.run = run
-        self.values: dict[str, list[float]] = {m: [] for m in DRAWN_METRICS}
+        self.values: dict[str, list[float]] = {m.name: [] for m in DRAWN_METRICS}
         self.first_start: int | None = None
         self.ends: list[int] = []
         self.tokens: list[float] = []
@@ -172,13 +174,14 @@ class _Reader:
         if self.first_start is None or metadata.request_start_ns < self.first_start:
             self.first_start = metadata.request_start_ns
         self.ends.append(end)
-        self.tokens.append(_metric(record, "output_sequence_length") or 0.0)
+        self.tokens.append(_metric(record, catalog.OUTPUT_SEQUENCE_LENGTH) or 0.0)
         self.failed.append(record.error is not None and metadata.cut is None)
-        ttft, latency = _metric(record, "time_to_first_token"), _metric(record, "request_latency")
+        ttft = _metric(record, catalog.TIME_TO_FIRST_TOKEN)
+        latency = _metric(record, catalog.REQUEST_LATENCY)
         if record.error is None:
-            for name in DRAWN_METRICS:
-                if (v := _metric(record, name)) is not None:
-                    self.values[name].append(v)
+            for metric in DRAWN_METRICS:
+                if (v := _metric(record, metric)) is not None:
+                    self.values[metric.name].append(v)
             if metadata.branch_mode == "fork" and metadata.turn_index == 0 and metadata.depends_on:
                 speed = ttft if ttft is not None else latency
                 if speed is not None:
@@ -196,7 +199,7 @@ class _Reader:
         run.output_tokens = np.asarray(self.tokens, dtype=float)
         run.failed = np.asarray(self.failed, dtype=bool)
         with_ttft = any(g[0][2] is not None for g in self.forks.values() if g)
-        run.sibling_metric = "time_to_first_token" if with_ttft else "request_latency"
+        run.sibling_metric = catalog.TIME_TO_FIRST_TOKEN if with_ttft else catalog.REQUEST_LATENCY
         for group in self.forks.values():
             if len(group) > 1:
                 group.sort()

@@ -8,6 +8,7 @@ from html import escape
 from typing import Any
 
 from dagperf.report.runs import Run
+from dagperf.vocabulary import catalog
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], css: str = "") -> str:
@@ -42,26 +43,27 @@ def stat(summary: dict[str, Any], metric: str, key: str = "avg") -> float | None
 
 
 GLANCE = (
-    ("Requests", "request_count", "avg", ""),
-    ("Failed requests", "error_request_count", "avg", ""),
-    ("Cut short by the run (not errors)", "cut_request_count", "avg", ""),
-    ("Request throughput", "request_throughput", "avg", "req/s"),
-    ("Output token throughput", "output_token_throughput", "avg", "tokens/s"),
-    ("TTFT p50", "time_to_first_token", "p50", "ms"),
-    ("TTFT p99", "time_to_first_token", "p99", "ms"),
-    ("Request latency p50", "request_latency", "p50", "ms"),
-    ("Request latency p99", "request_latency", "p99", "ms"),
-    ("Sessions", "session_count", "avg", ""),
-    ("Good sessions", "good_session_count", "avg", ""),
-    ("Session duration p90", "session_duration", "p90", "ms"),
-    ("Benchmark duration", "benchmark_duration", "avg", "s"),
+    ("Requests", catalog.REQUEST_COUNT, "avg", ""),
+    ("Failed requests", catalog.ERROR_REQUEST_COUNT, "avg", ""),
+    ("Cut short by the run (not errors)", catalog.CUT_REQUEST_COUNT, "avg", ""),
+    ("Request throughput", catalog.REQUEST_THROUGHPUT, "avg", "req/s"),
+    ("Output token throughput", catalog.OUTPUT_TOKEN_THROUGHPUT, "avg", "tokens/s"),
+    ("TTFT p50", catalog.TIME_TO_FIRST_TOKEN, "p50", "ms"),
+    ("TTFT p99", catalog.TIME_TO_FIRST_TOKEN, "p99", "ms"),
+    ("Request latency p50", catalog.REQUEST_LATENCY, "p50", "ms"),
+    ("Request latency p99", catalog.REQUEST_LATENCY, "p99", "ms"),
+    ("Sessions", catalog.SESSION_COUNT, "avg", ""),
+    ("Good sessions", catalog.GOOD_SESSION_COUNT, "avg", ""),
+    ("Session duration p90", catalog.SESSION_DURATION, "p90", "ms"),
+    ("Benchmark duration", catalog.BENCHMARK_DURATION, "avg", "s"),
 )
+LATENCY_MS = f"{catalog.REQUEST_LATENCY.name}_ms"  # a DAG report view's key (metrics.dag_report)
 
 
 def glance(run: Run) -> str:
     rows = []
     for label, metric, key, unit in GLANCE:
-        value = stat(run.summary, metric, key)
+        value = stat(run.summary, metric.name, key)
         if value is not None:  # a count (no unit) is shown as one: 5 requests, not 5.00
             rows.append((label, value if unit else round(value), unit))
     return table(("Metric", "Value", "Unit"), rows, "glance")
@@ -123,8 +125,8 @@ def _groups(entries: dict[str, Any], title: str) -> str:
             key,
             e.get("requests"),
             e.get("errors"),
-            (e.get("request_latency_ms") or {}).get("p50"),
-            (e.get("request_latency_ms") or {}).get("p99"),
+            (e.get(LATENCY_MS) or {}).get("p50"),
+            (e.get(LATENCY_MS) or {}).get("p99"),
             None if e.get("cached_token_share") is None else 100 * e["cached_token_share"],
         )
         for key, e in entries.items()
@@ -159,7 +161,7 @@ def dag_tables(run: Run) -> list[tuple[str, str]]:
                 100 * float(siblings.get("others_cached_share") or 0.0),
             ),
         ]
-        metric = str(siblings.get("metric", "request_latency")).replace("_", " ")
+        metric = str(siblings.get("metric", catalog.REQUEST_LATENCY.name)).replace("_", " ")
         out.append(
             (
                 f"FORK siblings ({siblings['groups']} groups, {metric})",

@@ -28,6 +28,7 @@ from dagperf.exports.run import RunOutput
 from dagperf.metrics.live import LiveMetrics
 from dagperf.metrics.summary import PhaseSummary
 from dagperf.scheduler.options import SchedulerOptions
+from dagperf.vocabulary import catalog
 from dagperf.vocabulary.contract import MetricsSummary, Progress, RunState, StatusReport, Workers
 
 if TYPE_CHECKING:
@@ -47,15 +48,15 @@ def metrics_summary(summary: PhaseSummary) -> MetricsSummary:
         return _finite(p50), _finite(p99)
 
     aggregates = summary.aggregates()
-    ttft = percentiles("time_to_first_token")
-    itl = percentiles("inter_token_latency")
+    ttft = percentiles(catalog.TIME_TO_FIRST_TOKEN.name)
+    itl = percentiles(catalog.INTER_TOKEN_LATENCY.name)
     return MetricsSummary(
-        request_throughput=_finite(aggregates["request_throughput"]),
+        request_throughput=_finite(aggregates[catalog.REQUEST_THROUGHPUT.name]),
         ttft_p50_ms=ttft[0],
         ttft_p99_ms=ttft[1],
         itl_p50_ms=itl[0],
         itl_p99_ms=itl[1],
-        error_rate=_finite(aggregates["request_error_rate"] / 100),
+        error_rate=_finite(aggregates[catalog.REQUEST_ERROR_RATE.name] / 100),
     )
 
 

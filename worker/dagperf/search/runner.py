@@ -23,6 +23,7 @@ from dagperf.search.objectives import Objective
 from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS, SearchPlan
 from dagperf.search.steps import step_line, step_record, table
 from dagperf.verdict import Verdict
+from dagperf.vocabulary import catalog
 from dagperf.vocabulary.config import LoadConfig
 from dagperf.vocabulary.contract import (
     FinalReport,
@@ -115,11 +116,11 @@ def _final_report(
     if path is None:
         return
 
-    def total(name: str) -> int:
-        return sum(int((d.get(name) or {}).get("avg", 0)) for d in documents)
+    def total(metric: catalog.Metric) -> int:
+        return sum(int((d.get(metric.name) or {}).get("avg", 0)) for d in documents)
 
-    errors, cut = total("error_request_count"), total("cut_request_count")
-    completed = total("request_count") + errors + cut
+    errors, cut = total(catalog.ERROR_REQUEST_COUNT), total(catalog.CUT_REQUEST_COUNT)
+    completed = total(catalog.REQUEST_COUNT) + errors + cut
     at = [
         d
         for d, s in zip(documents, steps, strict=True)
@@ -147,17 +148,17 @@ def _final_report(
 
 
 def _metrics_summary(document: dict[str, Any]) -> MetricsSummary:
-    def figure(name: str, stat: str, scale: float = 1.0) -> float | None:
-        value = (document.get(name) or {}).get(stat)
+    def figure(metric: catalog.Metric, stat: str, scale: float = 1.0) -> float | None:
+        value = (document.get(metric.name) or {}).get(stat)
         return None if value is None or not math.isfinite(value) else round(value * scale, 4)
 
     return MetricsSummary(
-        request_throughput=figure("request_throughput", "avg"),
-        ttft_p50_ms=figure("time_to_first_token", "p50"),
-        ttft_p99_ms=figure("time_to_first_token", "p99"),
-        itl_p50_ms=figure("inter_token_latency", "p50"),
-        itl_p99_ms=figure("inter_token_latency", "p99"),
-        error_rate=figure("request_error_rate", "avg", 0.01),
+        request_throughput=figure(catalog.REQUEST_THROUGHPUT, "avg"),
+        ttft_p50_ms=figure(catalog.TIME_TO_FIRST_TOKEN, "p50"),
+        ttft_p99_ms=figure(catalog.TIME_TO_FIRST_TOKEN, "p99"),
+        itl_p50_ms=figure(catalog.INTER_TOKEN_LATENCY, "p50"),
+        itl_p99_ms=figure(catalog.INTER_TOKEN_LATENCY, "p99"),
+        error_rate=figure(catalog.REQUEST_ERROR_RATE, "avg", 0.01),
     )
 
 

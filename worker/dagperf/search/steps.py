@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from dagperf.verdict import Verdict
+from dagperf.vocabulary import catalog
 
-# What each step reports beside its objectives: (summary key, statistic).
+# What each step reports beside its objectives: (metric, statistic).
 HEADLINES = (
-    ("request_throughput", "avg"),
-    ("session_goodput", "avg"),
-    ("time_to_first_token", "p50"),
-    ("time_to_first_token", "p99"),
-    ("request_error_rate", "avg"),
-    ("cut_request_count", "avg"),
+    (catalog.REQUEST_THROUGHPUT, "avg"),
+    (catalog.SESSION_GOODPUT, "avg"),
+    (catalog.TIME_TO_FIRST_TOKEN, "p50"),
+    (catalog.TIME_TO_FIRST_TOKEN, "p99"),
+    (catalog.REQUEST_ERROR_RATE, "avg"),
+    (catalog.CUT_REQUEST_COUNT, "avg"),
 )
 
 
@@ -56,10 +57,10 @@ def step_record(value: float, document: dict[str, Any], directory: Path) -> dict
 
 def _headlines(document: dict[str, Any]) -> dict[str, Any]:
     out = {}
-    for key, stat in HEADLINES:
-        figure = (document.get(key) or {}).get(stat)
+    for metric, stat in HEADLINES:
+        figure = (document.get(metric.name) or {}).get(stat)
         if figure is not None:
-            out[f"{key}:{stat}"] = figure
+            out[f"{metric.name}:{stat}"] = figure
     return out
 
 
