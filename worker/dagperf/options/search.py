@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from dagperf.search.objectives import parse_objectives
 from dagperf.search.plan import DEFAULT_MAX_STEP_S, PARAMETERS
+from dagperf.vocabulary.catalog import ERROR_RATE, TIME_TO_FIRST_TOKEN
 from dagperf.vocabulary.config import MAX_SECONDS
 from dagperf.vocabulary.options import Option
 
@@ -38,8 +39,8 @@ class SearchOptions(BaseModel):
         list[str], Option(metavar='"METRIC:STAT:VALUE ..."', parse=str.split, render=" ".join)
     ] = Field(
         min_length=1,
-        description='Objectives every step is judged on, e.g. "time_to_first_token:p99:500 '
-        'error_rate:max:0.01" (ms for times; STAT avg, min, max or p1..p99).',
+        description=f'Objectives every step is judged on, e.g. "{TIME_TO_FIRST_TOKEN.name}:p99:500 '
+        f'{ERROR_RATE.name}:max:0.01" (ms for times; STAT avg, min, max or p1..p99).',
     )
     search_parameter: Annotated[Parameter, Option(benchmark="parameter")] = Field(
         default="concurrency",

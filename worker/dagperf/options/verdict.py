@@ -7,7 +7,12 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dagperf.verdict import DEFAULT_MAX_ERROR_RATE
-from dagperf.vocabulary.catalog import OBJECTIVE_IS_CEILING
+from dagperf.vocabulary.catalog import (
+    INTER_TOKEN_LATENCY,
+    OBJECTIVE_IS_CEILING,
+    TIME_TO_FIRST_TOKEN,
+)
+from dagperf.vocabulary.catalog import OUTPUT_TOKEN_THROUGHPUT_PER_USER as PER_USER
 from dagperf.vocabulary.config import MAX_SECONDS
 from dagperf.vocabulary.options import Option
 
@@ -46,9 +51,9 @@ class VerdictOptions(BaseModel):
         ),
     ] = Field(
         default_factory=dict,
-        description='Service-level objectives, e.g. "time_to_first_token:100 '
-        'inter_token_latency:10" (ms; a floor for output_token_throughput_per_user): goodput '
-        "counts the requests meeting all of them.",
+        description=f'Service-level objectives, e.g. "{TIME_TO_FIRST_TOKEN.name}:100 '
+        f'{INTER_TOKEN_LATENCY.name}:10" (ms; a floor for {PER_USER.name}): goodput counts the '
+        "requests meeting all of them.",
     )
 
     @field_validator("goodput")
