@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dagperf.cli import local_run, main
+from dagperf.cli import main, plan
 from dagperf.local_processes import LocalProcesses
 
 from dagfile import conv, encode, turn
@@ -53,13 +53,13 @@ def test_the_simulator_and_workers_start_while_the_dataset_is_read(
     tmp_path, monkeypatch, private_tmp
 ):
     seen: list[list[str]] = []
-    read = local_run.graph_and_load
+    read = plan.graph_and_load
 
     def reading(*args, **kwargs):
         seen.append(roles_running())
         return read(*args, **kwargs)
 
-    monkeypatch.setattr(local_run, "graph_and_load", reading)
+    monkeypatch.setattr(plan, "graph_and_load", reading)
     out = tmp_path / "out"
     data = dataset(tmp_path, conv("p", turn(forks=["c"])), conv("c"))
     code = main(["profile", "--input-file", data, "--artifact-dir", str(out), "--quiet",
@@ -121,12 +121,12 @@ def test_workers_of_a_run_that_fails_before_it_starts_exit_on_their_own(
 
 SIGNALLED_WHILE_READING = """
 import os, signal, sys
-from dagperf.cli import local_run, main
-read = local_run.graph_and_load
+from dagperf.cli import main, plan
+read = plan.graph_and_load
 def reading(*args, **kwargs):
     os.kill(os.getpid(), getattr(signal, sys.argv[1]))
     return read(*args, **kwargs)
-local_run.graph_and_load = reading
+plan.graph_and_load = reading
 sys.exit(main(sys.argv[2:]))
 """
 

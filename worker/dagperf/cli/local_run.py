@@ -7,7 +7,6 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dagperf.cli.artifacts import artifact_dir_for, ensure_writable
 from dagperf.cli.flags import (
     add_model_flags,
     default_workers,
@@ -15,13 +14,7 @@ from dagperf.cli.flags import (
     model_from_flags,
     role_keys,
 )
-from dagperf.cli.plan import (
-    endpoint_fields,
-    graph_and_load,
-    recorded_inputs,
-    scheduler_options,
-    tokenizer_json,
-)
+from dagperf.cli.plan import endpoint_fields, planned
 from dagperf.cli.run_options import RunOptions, run_flags, run_options
 from dagperf.simulator import SimConfig
 from dagperf.vocabulary.keys import load_scheduler_keys
@@ -90,20 +83,15 @@ def local_plan(
     from dagperf.profile import LocalPlan
 
     run = run or checked(args, parser)
-    tokenizer = tokenizer_json(parser, run.options)
-    loaded = graph_and_load(parser, run.options, tokenizer)
-    if loaded is None:
+    plan = planned(parser, run.options, args.workers)
+    if plan is None:
         return None
-    graph, load = loaded
-    artifact_dir = artifact_dir_for(run.options, load)
-    settings = scheduler_options(run.options, artifact_dir, tokenizer)
-    ensure_writable(parser, artifact_dir)
     return LocalPlan(
-        graph=graph,
+        graph=plan.graph,
         endpoint=run.endpoint,
-        load=load,
+        load=plan.load,
         launch=run.launch,
-        artifact_dir=artifact_dir,
-        input_config=recorded_inputs(run.options, load, args.workers, settings),
-        scheduler_options=settings,
+        artifact_dir=plan.artifact_dir,
+        input_config=plan.input_config,
+        scheduler_options=plan.settings,
     )

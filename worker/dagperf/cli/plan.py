@@ -9,9 +9,11 @@ import logging
 import os
 import sys
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dagperf.cli.artifacts import artifact_dir_for, ensure_writable
 from dagperf.cli.run_options import RunOptions
 from dagperf.dataset import DatasetError
 from dagperf.dataset.formats import FORMATS, ReadOptions
@@ -53,6 +55,37 @@ def read_graph(
             print(problem, file=out)
         print(f"{named}: invalid {kind}, {len(e.problems)} problem(s)", file=out)
         return None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A run's dataset read and its files' place checked: all a role needs to start."""
+
+    graph: RequestGraph
+    load: LoadConfig  # resolved against the graph
+    artifact_dir: Path
+    settings: dict[str, Any]  # the scheduler's (`scheduler_options`)
+    input_config: dict[str, Any]  # what the exports record of the inputs
+
+
+def planned(
+    parser: argparse.ArgumentParser,
+    options: RunOptions,
+    workers: int,
+    out: typing.TextIO = sys.stderr,
+) -> Planned | None:
+    """The run's graph, load and artifact directory (made, and written in: a run whose results
+    cannot be kept should not begin), or None after printing the dataset's problems on `out`."""
+    tokenizer = tokenizer_json(parser, options)
+    loaded = graph_and_load(parser, options, tokenizer, out)
+    if loaded is None:
+        return None
+    graph, load = loaded
+    artifact_dir = artifact_dir_for(options, load)
+    settings = scheduler_options(options, artifact_dir, tokenizer)
+    ensure_writable(parser, artifact_dir)
+    inputs = recorded_inputs(options, load, workers, settings)
+    return Planned(graph, load, artifact_dir, settings, inputs)
 
 
 def graph_and_load(

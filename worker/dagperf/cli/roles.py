@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from dagperf import verdict
 from dagperf.apis.endpoint_config import EndpointConfig
-from dagperf.cli.artifacts import artifact_dir_for, ensure_writable
 from dagperf.cli.flags import (
     Commands,
     add_model_flags,
@@ -25,13 +24,7 @@ from dagperf.cli.flags import (
     role_keys,
 )
 from dagperf.cli.outcome import report_outcome
-from dagperf.cli.plan import (
-    endpoint_fields,
-    graph_and_load,
-    recorded_inputs,
-    scheduler_options,
-    tokenizer_json,
-)
+from dagperf.cli.plan import endpoint_fields, planned
 from dagperf.cli.run_options import run_flags, run_options
 from dagperf.options.role import SchedulerRoleOptions
 from dagperf.runtime.logs import setup_logging
@@ -104,19 +97,15 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     role = model_from_flags(parser, args, SchedulerRoleOptions)
     keys = role_keys(parser, args, load_scheduler_keys)
     fields = endpoint_fields(parser, options)
-    tokenizer = tokenizer_json(parser, options)
     problems = io.StringIO()
-    loaded = graph_and_load(parser, options, tokenizer, problems)
-    if loaded is None:
+    plan = planned(parser, options, role.workers_expected, problems)
+    if plan is None:
         said = problems.getvalue()
         sys.stderr.write(said)
         if summary := options.output.summary_file:  # the pod's termination message
             summary.write_text(said[:TERMINATION_MESSAGE_CHARS])
         return verdict.USAGE
-    graph, load = loaded
-    artifact_dir = artifact_dir_for(options, load)
-    settings = scheduler_options(options, artifact_dir, tokenizer)
-    ensure_writable(parser, artifact_dir)
+    graph, artifact_dir = plan.graph, plan.artifact_dir
     console = Console.for_output(options.output.quiet, options.log.log_format)
 
     async def go() -> int:
@@ -125,12 +114,11 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                 graph, fields["url"], fields["api_key"], fields["endpoint_type"]
             )
         endpoint = EndpointConfig(**fields)
-        input_config = recorded_inputs(options, load, role.workers_expected, settings)
-        input_config["endpoint"] = endpoint.redacted()
+        input_config = plan.input_config | {"endpoint": endpoint.redacted()}
         scheduler = Scheduler(
             graph,
             endpoint,
-            load,
+            plan.load,
             Artifacts(artifact_dir, input_config),
             SchedulerOptions(
                 keys=keys,
@@ -138,7 +126,7 @@ def _scheduler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                 expected_workers=role.workers_expected,
                 worker_timeout_s=role.worker_timeout,
                 registration_timeout_s=role.registration_timeout,
-                **settings,
+                **plan.settings,
             ),
             on_progress=console.progress,
         )
