@@ -1,6 +1,6 @@
 """The exports of every example under examples/ hold the same records and figures from one
-change to the next: each example runs against the built-in simulator (one worker, one root at
-a time, a fixed seed), and its export files, with what differs between any two runs masked
+change to the next: each example runs against the built-in simulator (one worker, one request
+at a time, a fixed seed), and its export files, with what differs between any two runs masked
 (`masked`), are compared with tests/golden/<example>.json.
 
 What is masked: times and everything computed from them (latencies, throughputs, durations,
@@ -145,7 +145,9 @@ def _run(example: str, directory: Path) -> subprocess.CompletedProcess[str]:
     source = [*flags, example] if flags == ["--session-config"] else ["--input-file", example]
     source += [] if flags == ["--session-config"] else flags
     command = [sys.executable, "-m", "dagperf", "profile", *source, "--workers", "1"]
-    command += ["--concurrency", "1", "--random-seed", "7", "--quiet"]
+    # One request in flight: FORK siblings never race, so which one the simulator's prefix
+    # cache serves first, and so every record's cached tokens, is the same each run.
+    command += ["--concurrency", "1", "--max-inflight", "1", "--random-seed", "7", "--quiet"]
     command += next((more for key, more in FEWER.items() if key in flags), [])
     command += ["--artifact-dir", str(directory)]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
