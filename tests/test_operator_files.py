@@ -387,6 +387,12 @@ def test_every_option_a_benchmark_says_reaches_the_scheduler_as_the_cli_reads_it
     assert command[:2] == ["dagperf", "profile"]  # repeated runs: one pod, local workers
     parser = build_parser()
     read = run_options(parser, parser.parse_args(command[1:]))
+    # Without repeats, worker pods join a scheduler that says where it listens: the pod's own
+    # addresses, even at the CLI's defaults (a node may map 0.0.0.0 to each pod's address).
+    alone = BenchmarkSpec.model_validate(body | {"runs": {}})
+    joined = pod_commands.scheduler_command("demo", alone, "d.jsonl", OperatorSettings())
+    assert joined[1] == "scheduler" and joined[joined.index("--bind") + 1] == "tcp://0.0.0.0:5555"
+    assert joined[joined.index("--metrics-host") + 1] == "0.0.0.0"
     worker = parser.parse_args(pod_commands.worker_command(spec, "tcp://demo:5555")[1:])
     assert (worker.url, worker.endpoint) == ("http://llm:8000", "/v2/complete")  # its own
     for section, concern in CONCERNS.items():

@@ -35,6 +35,9 @@ RESULTS_DIR = "/results"
 TERMINATION_LOG = "/dev/termination-log"
 KEYS_DIR = "/etc/dagperf/keys"
 DATASET_URL_ENV = "DAGPERF_DATASET_URL"
+# What a pod listens on, said even at the CLI's default: the pod's own addresses, which a node
+# that gives each pod a loopback address of its own (tests/node.py) maps from 0.0.0.0.
+POD_ADDRESSES = ("bind", "metrics_host")
 
 
 def _dataset_file(spec: BenchmarkSpec, dataset_key: str | None) -> str:
@@ -77,7 +80,7 @@ def scheduler_command(
             workers_expected=spec.workers.replicas * spec.workers.processes_per_pod,
             registration_timeout=600,
         )
-        command += as_flags(waiting, local=True)
+        command += as_flags(waiting, local=True, always=POD_ADDRESSES)
     return [*command, "--keys", KEYS_DIR]
 
 
@@ -109,7 +112,7 @@ def _local_options(
     return [
         *as_flags(dataset, local=True),
         *as_flags(servers, local=True),
-        *as_flags(output, local=True),
+        *as_flags(output, local=True, always=POD_ADDRESSES),
         *as_flags(LogOptions(log_format="json"), local=True),
     ]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,15 +81,20 @@ def default_of(field: FieldInfo) -> Any:
     return None if field.is_required() else field.get_default(call_default_factory=True)
 
 
-def as_flags(values: BaseModel, prefix: str = "", local: bool = False) -> list[str]:
-    """The flags that give these options: one per option not at its default, spelled as the
-    CLI generates them from the same model (a list as a repeated flag, a list emptied of its
-    default as the flag given ''), so parsing them back gives `values` again. Local-only
-    options only when asked: a Benchmark's pods get theirs from the operator itself."""
+def as_flags(
+    values: BaseModel, prefix: str = "", local: bool = False, always: Collection[str] = ()
+) -> list[str]:
+    """The flags that give these options: one per option not at its default (those `always`
+    names: at it too), spelled as the CLI generates them from the same model (a list as a
+    repeated flag, a list emptied of its default as the flag given ''), so parsing them back
+    gives `values` again. Local-only options only when asked: a Benchmark's pods get theirs from the
+    operator itself."""
     out: list[str] = []
     for name, field, opt in options(type(values)):
         value = getattr(values, name)
-        if value is None or value == default_of(field) or (opt.local and not local):
+        if value is None or (value == default_of(field) and name not in always):
+            continue
+        if opt.local and not local:
             continue
         flag = flag_name(name, field, prefix)
         render = opt.render or str
