@@ -223,12 +223,13 @@ class Dispatcher:
             return
         self._start_roots()
         self._gates_left = False
-        for _ in range(_GATE_BATCHES):
-            if not self._pass_gates():
-                break
-            self._start_roots()  # a gate that ended its root freed a slot
-        else:
-            self._gates_left = bool(self._out.passed)
+        if self._out.passed:  # (most graphs have no gates: no loop to set up)
+            for _ in range(_GATE_BATCHES):
+                if not self._pass_gates():
+                    break
+                self._start_roots()  # a gate that ended its root freed a slot
+            else:
+                self._gates_left = bool(self._out.passed)
         if not self._closed:
             self._out.send(self._measuring)
             if self._plan.capped:

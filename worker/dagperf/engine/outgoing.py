@@ -61,8 +61,10 @@ class Outgoing:
             run.waived.add(node)
         if delay > 0:
             self._delays.at(now + delay, _DELAY, run, node)
+        elif spec.gate is None:
+            self._queue.append((run, node))
         else:
-            self._go(run, node)
+            self.passed.append((run, node))
 
     def due(self, now: float, open_runs: Container[int]) -> None:
         """Queue the nodes whose delay is over, of the runs still open."""
@@ -98,7 +100,7 @@ class Outgoing:
 
     def launched(self, flight: Flight, measured: bool) -> None:
         """The request is on the wire (sent from here, or started by its worker)."""
-        flight.run.launch(flight.node, flight.worker, self._plan.branch_stats)
+        flight.run.start(flight.node, self._plan.branch_stats, flight.worker)
         flight.request_num = self._plan.sent
         flight.measured = measured
         self.wire[flight.credit] = flight

@@ -208,14 +208,9 @@ class TreeRun:
             self.suspended -= set(range(parent.first_node, parent.last_node + 1))
         return f"'{session.conversation_id}' turn {i - session.first_node}"
 
-    def launch(self, i: int, worker: str, stats: BranchStats) -> None:
-        """Node i is on the wire, on `worker`."""
-        self.start(i, stats)
-        self.workers.add(worker)
-
-    def start(self, i: int, stats: BranchStats) -> None:
-        """Node i is sent, or is a gate whose wait is over: its session runs, a suspended
-        parent resumes."""
+    def start(self, i: int, stats: BranchStats, worker: str | None = None) -> None:
+        """Node i is on the wire, on `worker`, or is a gate whose wait is over: its session
+        runs, a suspended parent resumes."""
         s = self.tree.nodes[i].session
         if self.sessions[s] == SessionState.IDLE:
             self.sessions[s] = SessionState.RUNNING
@@ -224,6 +219,8 @@ class TreeRun:
             self.suspended.discard(i)
             stats.parents_resumed += 1
         self.nodes[i] = NodeState.SENT
+        if worker is not None:
+            self.workers.add(worker)
 
     def end(self, first: int, state: NodeState, cancelled: bool, stats: BranchStats) -> Ending:
         """End a node, release or skip what depends on it, and settle the sessions that ends.

@@ -12,6 +12,7 @@ from dagperf.graph.model import (
     SessionKind,
     Shape,
     Tree,
+    Waits,
 )
 
 if TYPE_CHECKING:
@@ -40,5 +41,6 @@ __all__ = [
     "SessionKind",
     "Shape",
     "Tree",
+    "Waits",
     "compile_dag_jsonl",
 ]

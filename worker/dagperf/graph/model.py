@@ -119,12 +119,17 @@ class Tree:
     entry: tuple[int, ...]  # nodes with no dependencies of either kind, in send order
     start_s: float | None = None  # when its root is due on a fixed schedule (trace timestamps)
     gates: int = field(init=False)  # nodes that send nothing
-    # With gates: how many requests' records name each node as waited for (`named_by`).
+    # With gates, per node: what it waits for seen through them (`waits_for`), and how many
+    # requests' records name it as waited for (`named_by`). Without, both follow from the
+    # nodes, and nothing is held.
+    waits: tuple[Waits, ...] = field(init=False, repr=False, compare=False)
     _named: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         gates = sum(node.gate is not None for node in self.nodes) if self.nodes else 0
         object.__setattr__(self, "gates", gates)
+        waits = tuple(self._through_gates(i) for i in range(len(self.nodes))) if gates else ()
+        object.__setattr__(self, "waits", waits)
         named = [0] * len(self.nodes) if gates else []
         for i, node in enumerate(self.nodes if gates else ()):
             if node.gate is None:
@@ -145,9 +150,15 @@ class Tree:
         """The requests node i waits for, seen through the gates between (a gate stands for
         the requests it joined on, or, joining none, for what it waited for itself), and the
         delays of those gates."""
+        if self.gates:
+            return self.waits[i]
+        node = self.nodes[i]
+        return Waits(node.deps, node.join_deps, 0.0)
+
+    def _through_gates(self, i: int) -> Waits:
         node = self.nodes[i]
         deps, joins = node.deps, node.join_deps
-        if not self.gates or not any(self.nodes[d].gate for d in (*deps, *joins)):
+        if not any(self.nodes[d].gate for d in (*deps, *joins)):
             return Waits(deps, joins, 0.0)
         out_deps: list[int] = []
         out_joins: list[int] = []

@@ -21,10 +21,10 @@ Times come from the workers' clocks (start, end) and the scheduler's (issue); a 
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from typing import Any, NamedTuple
 
-from dagperf.graph import Tree
+from dagperf.graph import Node, Tree, Waits
 
 
 class Timing(NamedTuple):  # (not a frozen dataclass: one is made per request, quicker so)
@@ -65,16 +65,19 @@ def critical_path(
     if not times:
         return None
     nodes = tree.nodes
-    chain = [max(times, key=lambda i: times[i].end_ns)]
-    waits = {chain[0]: tree.waits_for(chain[0])}  # gates (an orchestrator's) seen through
-    while len(times) > 1:  # (one request: no dependency of it has times)
-        wait_for = waits[chain[-1]]
-        ended = [d for d in (*wait_for.deps, *wait_for.join_deps) if d in times]
-        if not ended:
-            break
-        chain.append(max(ended, key=lambda d: times[d].end_ns))
-        waits[chain[-1]] = tree.waits_for(chain[-1])
-    chain.reverse()
+    # What each request waited for: its own dependencies, or what the gates between (an
+    # orchestrator's) stand for.
+    waits: Sequence[Node | Waits] = tree.waits if tree.gates else nodes
+    chain = list(times)  # one request (most sessions): no dependency of it has times
+    if len(chain) > 1:
+        chain = [max(times, key=lambda i: times[i].end_ns)]
+        while True:
+            last = waits[chain[-1]]
+            ended = [d for d in (*last.deps, *last.join_deps) if d in times]
+            if not ended:
+                break
+            chain.append(max(ended, key=lambda d: times[d].end_ns))
+        chain.reverse()
     server = delay = dispatch = join_wait = 0
     previous_end = start_ns
     for position, i in enumerate(chain):
@@ -82,7 +85,9 @@ def critical_path(
         server += max(0, span.end_ns - span.start_ns)
         wait = max(0, span.start_ns - previous_end)
         asked = 0.0 if i in waived else nodes[i].delay_s
-        authored = min(wait, int((asked + waits[i].gate_delay_s) * 1e9))
+        if tree.gates:
+            asked += tree.waits[i].gate_delay_s
+        authored = min(wait, int(asked * 1e9))
         delay += authored
         dispatch += wait - authored
         if position and chain[position - 1] in waits[i].join_deps:
@@ -91,6 +96,6 @@ def critical_path(
                 join_wait += max(0, times[chain[position - 1]].end_ns - max(own))
         previous_end = span.end_ns
     names = tuple(
-        f"{tree.sessions[nodes[i].session].conversation_id}:{nodes[i].turn}" for i in chain
+        [f"{tree.sessions[nodes[i].session].conversation_id}:{nodes[i].turn}" for i in chain]
     )
     return CriticalPath(tuple(chain), names, server, delay, dispatch, join_wait)
