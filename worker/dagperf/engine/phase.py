@@ -29,7 +29,10 @@ class Phase(IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return _LABELS[self]
+
+
+_LABELS = {phase: phase.name.lower() for phase in Phase}  # (read for every request's record)
 
 
 class Stage(NamedTuple):
@@ -55,11 +58,12 @@ class Rotation:
 
     def __init__(self, trees: Sequence[Tree]):
         self.templates = Templates(trees)
+        self._count = len(trees)
         self.next = 0
 
     def take(self) -> tuple[int, TreeTemplate]:
         index = self.next
-        self.next = (index + 1) % len(self.templates)
+        self.next = (index + 1) % self._count
         return index, self.templates[index]
 
 

@@ -80,7 +80,7 @@ class _Sibling:
 class DagReport:
     def __init__(self) -> None:
         self._depths: dict[int, _View] = {}
-        self._modes: dict[str, _View] = {}
+        self._modes: dict[SessionKind, _View] = {}
         self._open: dict[tuple[int, int | None, str | None], list[_Sibling]] = {}
         self._sizes: dict[int, dict[tuple[int | None, str | None], int]] = {}  # per tree
         self._first = Distribution()
@@ -98,9 +98,9 @@ class DagReport:
         depth = self._depths.get(session.depth)
         if depth is None:  # (not setdefault: a view is four arrays and counters to make)
             depth = self._depths[session.depth] = _View()
-        mode = self._modes.get(session.kind.value)
+        mode = self._modes.get(session.kind)
         if mode is None:
-            mode = self._modes[session.kind.value] = _View()
+            mode = self._modes[session.kind] = _View()
         if result.error is not None:
             cut = result.cut is not None
             for view in (depth, mode):
@@ -180,6 +180,6 @@ class DagReport:
         siblings["listed"] = self._listed
         return {
             "by_depth": {str(k): v.report() for k, v in sorted(self._depths.items())},
-            "by_branch_mode": {k: v.report() for k, v in sorted(self._modes.items())},
+            "by_branch_mode": {k.value: v.report() for k, v in sorted(self._modes.items())},
             "fork_siblings": siblings,
         }
