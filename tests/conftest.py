@@ -72,6 +72,7 @@ def _group(item: pytest.Item) -> str | None:
     return next((g for g in GROUPS if item.get_closest_marker(g) is not None), None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups off the markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The grouped tests first, the longest group first, so that under xdist the other worker
     runs the single tests beside them instead of waiting for them at the end."""

@@ -39,6 +39,8 @@ from test_cli import EXAMPLE_TYPES, NEEDS_LM_EVAL
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("DAGPERF_GOLDEN_UPDATE") == "1"
+# One xdist worker runs them all, so the examples run once (`runs`), not once per worker.
+pytestmark = pytest.mark.xdist_group("golden")
 EXAMPLES = sorted(set(EXAMPLE_TYPES) - NEEDS_LM_EVAL)  # lm-eval-harness is an optional extra
 
 # Fewer roots where an example holds many (a session config's hundred, a pool's draws): the

@@ -222,14 +222,8 @@ class Dispatcher:
         if not self._begun or self.finished:
             return
         self._start_roots()
-        self._gates_left = False
-        if self._out.passed:  # (most graphs have no gates: no loop to set up)
-            for _ in range(_GATE_BATCHES):
-                if not self._pass_gates():
-                    break
-                self._start_roots()  # a gate that ended its root freed a slot
-            else:
-                self._gates_left = bool(self._out.passed)
+        # (most graphs have no gates: no loop to set up)
+        self._gates_left = bool(self._out.passed) and self._pass_gates()
         if not self._closed:
             self._out.send(self._measuring)
             if self._plan.capped:
@@ -286,17 +280,20 @@ class Dispatcher:
                 self._out.ready(run, node, self._clock())
 
     def _pass_gates(self) -> bool:
-        """End the gates whose wait is over, while the phase is open; whether any passed."""
-        passed = self._out.passed
-        if self._closed or not passed:
-            return False
-        self._out.passed = []
-        for run, i in passed:
-            if run.id in self._runs and run.nodes[i] == NodeState.READY:
-                self._flights.name(run, run.tree.nodes[i].session)
-                run.start(i, self._plan.branch_stats)
-                self._end(run, i, NodeState.OK)
-        return True
+        """End the gates whose wait is over, while the phase is open, in up to `_GATE_BATCHES`
+        rounds (a gate that ended its root frees a slot for the next); whether some are left."""
+        for _ in range(_GATE_BATCHES):
+            passed = self._out.passed
+            if self._closed or not passed:
+                return False
+            self._out.passed = []
+            for run, i in passed:
+                if run.id in self._runs and run.nodes[i] == NodeState.READY:
+                    self._flights.name(run, run.tree.nodes[i].session)
+                    run.start(i, self._plan.branch_stats)
+                    self._end(run, i, NodeState.OK)
+            self._start_roots()
+        return bool(self._out.passed)
 
     def _end(self, run: TreeRun, first: int, state: NodeState, cancelled: bool = False) -> None:
         ending = run.end(first, state, cancelled, self._plan.branch_stats)
