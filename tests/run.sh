@@ -19,6 +19,12 @@ command -v chromium > /dev/null || packages+=(chromium)
 command -v kubectl > /dev/null || packages+=(kubernetes-client)
 command -v openssl > /dev/null || packages+=(openssl)
 command -v curl > /dev/null || packages+=(curl)
+# The real node (tests/cluster/node.sh): runc under containerd, iptables for kube-proxy, nft to
+# remove the netfilter tables it leaves, ip for the bridge.
+command -v runc > /dev/null || packages+=(runc)
+command -v iptables > /dev/null || packages+=(iptables)
+command -v nft > /dev/null || packages+=(nftables)
+command -v ip > /dev/null || packages+=(iproute2)
 command -v cmake > /dev/null || packages+=(cmake)
 { command -v c++ && command -v make; } > /dev/null || packages+=(build-essential)
 if [ ${#packages[@]} -gt 0 ]; then

@@ -1,0 +1,249 @@
+"""The real node beside the real control plane (tests/cluster/up.sh with DAGPERF_CLUSTER_NODE=real):
+a kubelet on containerd that reports Ready, pods placed by kube-scheduler and started from the
+project's imported image, a Service reached by its cluster DNS name through kube-proxy, a claim
+bound to a local volume that a non-root pod writes, and nothing left once down.sh has run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from control_plane import ControlPlane, namespace
+from runs import eventually
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(os.geteuid() != 0, reason="a real node needs root (network, mounts)"),
+]
+
+IMAGE = "localhost/dagperf:0.1.0"
+NODE = "dagperf-node"
+BRIDGE = "dagperf0"
+PODS = "/api/v1/namespaces/{ns}/pods"
+
+
+def _iptables() -> str:
+    saved = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    return "\n".join(line for line in saved.splitlines() if not line.startswith("#"))
+
+
+@pytest.fixture(scope="module")
+def baseline() -> dict:
+    """What the machine looked like before the node: iptables rules, network namespaces and
+    interfaces."""
+    return {"iptables": _iptables(), "netns": _netns(), "links": _links()}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory, baseline, image):
+    """The control plane with a real node, up for this module's tests; the last test takes it
+    down itself, so its teardown only makes sure."""
+    plane = ControlPlane.up(tmp_path_factory.mktemp("real-node"), node="real")
+    try:
+        yield plane
+    finally:
+        plane.down()
+
+
+def _alive(pid: int) -> bool:
+    """Running: not gone, nor a zombie that this session (their subreaper) has yet to reap."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _links() -> list[str]:
+    done = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True)
+    return sorted(line.split()[0] for line in done.stdout.splitlines())
+
+
+def _netns() -> list[str]:
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def restricted(container: dict) -> dict:
+    """A container as the restricted Pod Security Standard admits it, from the project's image."""
+    security = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
+    return {"image": IMAGE, "imagePullPolicy": "Never", "securityContext": security} | container
+
+
+def pod(name: str, *containers: dict, **spec) -> dict:
+    security = {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"securityContext": security, "containers": list(containers)} | spec,
+    }
+
+
+def phase_is(*phases: str):
+    def check(found: dict | None) -> bool:
+        return bool(found) and found["status"].get("phase") in phases
+
+    return check
+
+
+def ready(found: dict | None) -> bool:
+    found_conditions = ((found or {}).get("status") or {}).get("conditions") or []
+    conditions = {c["type"]: c["status"] for c in found_conditions}
+    return conditions.get("Ready") == "True"
+
+
+async def test_the_node_is_ready_with_a_kubelet_of_the_release_on_containerd_2(node):
+    async with node.admin() as api:
+        found = await eventually(lambda: api.get(f"/api/v1/nodes/{NODE}"), ready, timeout=60)
+    info = found["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.36.3"
+    assert info["containerRuntimeVersion"].startswith("containerd://2."), info
+    assert found["spec"]["podCIDR"] == "10.244.0.0/24"
+    (address,) = [a for a in found["status"]["addresses"] if a["type"] == "InternalIP"]
+    assert address["address"] == "10.244.0.1"
+    listed = node.kubectl("get", "nodes", "--no-headers")
+    assert listed.returncode == 0 and f"{NODE}   Ready" in listed.stdout, listed
+
+
+async def test_a_pod_of_the_project_image_is_scheduled_and_run_by_containerd(node):
+    async with node.admin() as api:
+        ns = await namespace(api, "runs")
+        await api.create(
+            PODS.format(ns=ns),
+            pod(
+                "version",
+                restricted({"name": "main", "command": ["dagperf", "--version"]}),
+                restartPolicy="Never",
+            ),
+        )
+        path = PODS.format(ns=ns) + "/version"
+        done = await eventually(lambda: api.get(path), phase_is("Succeeded", "Failed"), 120)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert done["spec"]["nodeName"] == NODE
+        (status,) = done["status"]["containerStatuses"]
+        assert status["containerID"].startswith("containerd://"), status
+        assert done["status"]["podIP"].startswith("10.244.0."), done["status"]
+        events = await api.items(f"/api/v1/namespaces/{ns}/events")
+        scheduled = [e for e in events if e["reason"] == "Scheduled"]
+        assert [e["reportingComponent"] for e in scheduled] == ["default-scheduler"], scheduled
+    logs = node.kubectl("logs", "-n", ns, "version")  # through the kubelet's own server
+    assert logs.returncode == 0 and logs.stdout.startswith("dagperf "), logs
+
+
+SERVE = (
+    "import http.server as h;"
+    " h.ThreadingHTTPServer(('', 8080), h.SimpleHTTPRequestHandler).serve_forever()"
+)
+FETCH = (
+    "import urllib.request as u;"
+    " print(u.urlopen('http://web.{ns}.svc.cluster.local/', timeout=10).status)"
+)
+
+
+async def test_a_pod_reaches_another_pods_service_by_its_dns_name(node):
+    async with node.admin() as api:
+        ns = await namespace(api, "dns")
+        server = restricted(
+            {
+                "name": "web",
+                "command": ["python3", "-c", SERVE],
+                "workingDir": "/tmp",
+                "ports": [{"containerPort": 8080}],
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+            }
+        )
+        await api.create(PODS.format(ns=ns), pod("web", server))
+        await api.create(
+            f"/api/v1/namespaces/{ns}/services",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+            },
+        )
+        await eventually(lambda: api.get(PODS.format(ns=ns) + "/web"), ready, timeout=120)
+        client = restricted({"name": "fetch", "command": ["python3", "-c", FETCH.format(ns=ns)]})
+        await api.create(PODS.format(ns=ns), pod("fetch", client, restartPolicy="Never"))
+        path = PODS.format(ns=ns) + "/fetch"
+        done = await eventually(lambda: api.get(path), phase_is("Succeeded", "Failed"), 120)
+    logs = node.kubectl("logs", "-n", ns, "fetch")
+    assert done["status"]["phase"] == "Succeeded", (done["status"], logs.stdout, logs.stderr)
+    assert logs.stdout.strip() == "200"
+
+
+WRITE = "import os; open('/results/written', 'w').write(str(os.getuid()))"
+
+
+async def test_a_claim_binds_a_local_volume_that_a_non_root_pod_writes(node):
+    async with node.admin() as api:
+        ns = await namespace(api, "claims")
+        await api.create(
+            f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "results"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+        writer = restricted(
+            {
+                "name": "write",
+                "command": ["python3", "-c", WRITE],
+                "volumeMounts": [{"name": "results", "mountPath": "/results"}],
+            }
+        )
+        volumes = [{"name": "results", "persistentVolumeClaim": {"claimName": "results"}}]
+        await api.create(
+            PODS.format(ns=ns), pod("write", writer, restartPolicy="Never", volumes=volumes)
+        )
+        path = PODS.format(ns=ns) + "/write"
+        done = await eventually(lambda: api.get(path), phase_is("Succeeded", "Failed"), 120)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/results")
+        assert claim["status"]["phase"] == "Bound"
+        volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+    written = Path(volume["spec"]["local"]["path"]) / "written"
+    assert written.read_text() == "10001"
+    assert written.stat().st_gid == 10001  # the volume is the pod's fsGroup's
+
+
+def test_down_leaves_no_process_mount_network_rule_or_cgroup(node, baseline):
+    parts = ("kubelet", "containerd", "kube-proxy", "coredns", "kube-scheduler")
+    pids = {c: int((node.directory / f"{c}.pid").read_text()) for c in parts}
+    node.down()
+    assert not [c for c, pid in pids.items() if _alive(pid)]
+    directory = str(node.directory)
+    left = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if directory in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                left.append(proc.name)
+        except OSError:
+            continue
+    assert left == []
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    assert [m for m in mounts if directory in m] == []
+    assert _netns() == baseline["netns"]
+    assert BRIDGE not in _links()
+    assert set(_links()) <= set(baseline["links"])  # the pods' veths too
+    assert _iptables() == baseline["iptables"]
+    assert not list(Path("/sys/fs/cgroup").glob("*/kubepods"))
