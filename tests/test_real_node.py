@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from control_plane import ControlPlane, namespace
-from runs import eventually
+from dagperf_operator.manifests import Names
+
+from control_plane import CHART, ROOT, ControlPlane, established, namespace
+from runs import eventually, read_jsonl
 
 pytestmark = [
     pytest.mark.cluster,
@@ -224,6 +226,69 @@ async def test_a_claim_binds_a_local_volume_that_a_non_root_pod_writes(node):
     written = Path(volume["spec"]["local"]["path"]) / "written"
     assert written.read_text() == "10001"
     assert written.stat().st_gid == 10001  # the volume is the pod's fsGroup's
+
+
+async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(node):
+    """The chart installed by helm (the operator as its Deployment, reaching the API server
+    through the `kubernetes` Service), examples/simulator.yaml and examples/benchmark.yaml
+    applied unchanged: the Benchmark's scheduler Job and worker Deployment run on the node,
+    the workers reach the scheduler and the simulator by their Service names, and the export
+    files land on the claim the operator made."""
+    system, ns, name = "dagperf-system", "bench", "example"
+    async with node.admin() as api:
+        for each in (system, ns):
+            await namespace(api, each)
+        settings = [
+            f"watchNamespaces={{{ns}}}",
+            "operator.pollIntervalSeconds=1",
+            "benchmarkDefaults.metricsLingerSeconds=0",
+            # The chart asks a whole CPU per worker and half one for the scheduler: with the
+            # operator and the simulator, more than this 2-core node has to give.
+            "benchmarkDefaults.worker.resources.requests.cpu=250m",
+            "benchmarkDefaults.scheduler.resources.requests.cpu=250m",
+        ]
+        node.helm(
+            "install", "dagperf", str(CHART), "--namespace", system,
+            *[word for setting in settings for word in ("--set", setting)],
+        )  # fmt: skip
+        await established(api)
+        for example in ("simulator.yaml", "benchmark.yaml"):
+            applied = node.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / example))
+            assert applied.returncode == 0, applied.stderr
+        done = await eventually(
+            lambda: api.get(f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks/{name}"),
+            lambda b: (b.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+            timeout=420,
+        )
+        pods = [*await api.items(PODS.format(ns=ns)), *await api.items(PODS.format(ns=system))]
+        events = [
+            *await api.items(f"/api/v1/namespaces/{ns}/events"),
+            *await api.items(f"/api/v1/namespaces/{system}/events"),
+        ]
+        claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{Names(name).claim}")
+        volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+    status = done["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["progress"]["requestsCompleted"] == 200  # the example's requestCount
+    assert status["progress"]["errors"] == 0
+
+    # Every pod, the workers' too (scaled down by now), placed by kube-scheduler.
+    scheduled = [e["involvedObject"]["name"] for e in events if e["reason"] == "Scheduled"]
+    assert {e["reportingComponent"] for e in events if e["reason"] == "Scheduled"} == {
+        "default-scheduler"
+    }
+    prefixes = ("dagperf-operator-", "dagperf-simulator-", f"{name}-scheduler-", f"{name}-workers-")
+    counts = {p: len([s for s in scheduled if s.startswith(p)]) for p in prefixes}
+    assert counts == dict(zip(prefixes, (1, 1, 1, 2), strict=True)), scheduled
+    for found in pods:
+        assert found["spec"]["nodeName"] == NODE
+        for container in found["status"]["containerStatuses"]:
+            assert container["containerID"].startswith("containerd://"), container
+
+    results = Path(volume["spec"]["local"]["path"]) / name
+    records = read_jsonl(results / "profile_export.jsonl")
+    assert len(records) == 200 and [r for r in records if r["error"]] == []
+    assert {p.stat().st_uid for p in results.iterdir()} == {10001}
 
 
 def test_down_leaves_no_process_mount_network_rule_or_cgroup(node, baseline):

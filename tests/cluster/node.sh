@@ -244,6 +244,9 @@ node_images() { # node_images SOCKET: the pause image made here, the project's f
       podman save --quiet --format docker-archive -o "$staged/image.tar" "$image"
       "${ctr[@]}" images import --platform linux/amd64 "$staged/image.tar" >> images.log 2>&1
       rm "$staged/image.tar"
+      # Also under the name a short `dagperf:0.1.0` means to the kubelet (Docker Hub's library),
+      # which the chart and the examples use, as `kind load docker-image` leaves it.
+      "${ctr[@]}" images tag --force "$image" "docker.io/library/${image#localhost/}" >> images.log
     else
       echo "node.sh: $image is not in podman's store (tests/image/build.sh builds it); not imported" >&2
     fi
