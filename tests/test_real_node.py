@@ -5,11 +5,14 @@ bound to a local volume that a non-root pod writes, and nothing left once down.s
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from dagperf_operator.manifests import Names
 
@@ -228,6 +231,21 @@ async def test_a_claim_binds_a_local_volume_that_a_non_root_pod_writes(node):
     assert written.stat().st_gid == 10001  # the volume is the pod's fsGroup's
 
 
+def install_operator(node: ControlPlane, release: str, system: str, watched: str) -> None:
+    """The chart, by helm, its operator watching one namespace."""
+    settings = [
+        f"watchNamespaces={{{watched}}}",
+        "operator.pollIntervalSeconds=1",
+        "benchmarkDefaults.metricsLingerSeconds=0",
+        # The chart asks a whole CPU per worker and half one for the scheduler: with the
+        # operator and the simulator, more than this 2-core node has to give.
+        "benchmarkDefaults.worker.resources.requests.cpu=250m",
+        "benchmarkDefaults.scheduler.resources.requests.cpu=250m",
+    ]
+    sets = [word for setting in settings for word in ("--set", setting)]
+    node.helm("install", release, str(CHART), "--namespace", system, *sets)
+
+
 async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(node):
     """The chart installed by helm (the operator as its Deployment, reaching the API server
     through the `kubernetes` Service), examples/simulator.yaml and examples/benchmark.yaml
@@ -238,19 +256,7 @@ async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(n
     async with node.admin() as api:
         for each in (system, ns):
             await namespace(api, each)
-        settings = [
-            f"watchNamespaces={{{ns}}}",
-            "operator.pollIntervalSeconds=1",
-            "benchmarkDefaults.metricsLingerSeconds=0",
-            # The chart asks a whole CPU per worker and half one for the scheduler: with the
-            # operator and the simulator, more than this 2-core node has to give.
-            "benchmarkDefaults.worker.resources.requests.cpu=250m",
-            "benchmarkDefaults.scheduler.resources.requests.cpu=250m",
-        ]
-        node.helm(
-            "install", "dagperf", str(CHART), "--namespace", system,
-            *[word for setting in settings for word in ("--set", setting)],
-        )  # fmt: skip
+        install_operator(node, "dagperf", system, ns)
         await established(api)
         for example in ("simulator.yaml", "benchmark.yaml"):
             applied = node.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / example))
@@ -289,6 +295,124 @@ async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(n
     records = read_jsonl(results / "profile_export.jsonl")
     assert len(records) == 200 and [r for r in records if r["error"]] == []
     assert {p.stat().st_uid for p in results.iterdir()} == {10001}
+
+
+async def watch(api, collection: str, into: list[dict]) -> None:
+    """Every state of every object in `collection` from now on, appended to `into`."""
+    async with api.session.get(f"{api.url}{collection}?watch=1") as r:
+        async for line in r.content:
+            if line.strip():
+                into.append(json.loads(line)["object"])
+
+
+BOMB = 1 << 30  # the reply that no worker under a 200 MiB limit can hold
+
+
+def endpoint() -> web.Application:
+    """A chat endpoint: a short reply to every request but one, whose reply is a gigabyte."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body["messages"][-1]["content"] != "BOMB":
+            return web.json_response({
+                "id": "r", "object": "chat.completion", "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "fine"}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+            })  # fmt: skip
+        head, tail = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"', b'"}}]}'
+        reply = web.StreamResponse(headers={"Content-Type": "application/json"})
+        reply.content_length = len(head) + BOMB + len(tail)
+        await reply.prepare(request)
+        await reply.write(head)
+        chunk = b"x" * (1 << 20)
+        for _ in range(BOMB // len(chunk)):
+            await reply.write(chunk)  # raises once the worker is gone
+        await reply.write(tail)
+        return reply
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_requests_lost(
+    node,
+):
+    """The kernel's OOM killer, in the worker's memory cgroup, ends the worker that reads a
+    reply bigger than its limit: the kubelet restarts it (OOMKilled, 137), the scheduler records
+    what it held as WorkerLost, and the run ends Succeeded on what the workers measured."""
+    system, ns, name = "dagperf-oom", "oom", "oom"
+    roots = [
+        {"session_id": f"s{i}", "turns": [{"messages": [{"role": "user", "content": f"q{i}"}]}]}
+        for i in range(12)
+    ]
+    dataset = [
+        {"session_id": "bomb", "turns": [{"messages": [{"role": "user", "content": "BOMB"}]}]}
+    ]
+    runner = web.AppRunner(endpoint())
+    await runner.setup()
+    await web.TCPSite(runner, "10.244.0.1", 0).start()  # the node's address: pods reach it
+    port = runner.addresses[0][1]
+    try:
+        async with node.admin() as api:
+            for each in (system, ns):
+                await namespace(api, each)
+            install_operator(node, "oom", system, ns)
+            await established(api)
+            seen: list[dict] = []  # every state of every pod in the namespace, as watched
+            watching = asyncio.create_task(watch(api, f"/api/v1/namespaces/{ns}/pods", seen))
+            await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dataset"},
+                "data": {"oom.dag.jsonl": "".join(f"{json.dumps(x)}\n" for x in dataset + roots)},
+            })  # fmt: skip
+            await api.create(f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks", {
+                "apiVersion": "dagperf.io/v1alpha1", "kind": "Benchmark",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "endpoint": {"url": f"http://10.244.0.1:{port}", "model": "m",
+                                 "type": "chat", "streaming": False},
+                    "dataset": {"configMapRef": {"name": "dataset"}},
+                    "load": {"concurrency": 2},
+                    "workers": {"replicas": 2, "resources": {
+                        "requests": {"cpu": "100m", "memory": "64Mi"},
+                        "limits": {"memory": "200Mi"}}},
+                    "results": {"persistentVolumeClaim": {"size": "1Gi"}},
+                },
+            })  # fmt: skip
+            done = await eventually(
+                lambda: api.get(f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks/{name}"),
+                lambda b: (b.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+                timeout=300,
+            )
+            claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}-results")
+            volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+    finally:
+        watching.cancel()
+        await runner.cleanup()
+    records = read_jsonl(Path(volume["spec"]["local"]["path"]) / name / "profile_export.jsonl")
+    lost = [r for r in records if (r["error"] or {}).get("type") == "WorkerLost"]
+    assert lost, records
+    # The worker that read the reply was killed by the kernel in its cgroup, and restarted.
+    (victim,) = {
+        p["metadata"]["name"]
+        for p in seen
+        for c in p["status"].get("containerStatuses") or []
+        if (c["lastState"].get("terminated") or {}).get("reason") == "OOMKilled"
+    }
+    (restarted,) = [p for p in seen if p["metadata"]["name"] == victim][-1]["status"][
+        "containerStatuses"
+    ]
+    assert restarted["lastState"]["terminated"]["exitCode"] == 137
+    assert restarted["restartCount"] >= 1
+    # What it held is lost, not failed by the endpoint; every other request was measured.
+    assert [r["metadata"]["conversation_id"] for r in lost] == ["bomb"]
+    assert all(victim in r["error"]["message"] for r in lost), lost
+    fine = [r for r in records if not r["error"]]
+    assert len(fine) == len(roots)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["progress"]["errors"] == 0
+    assert done["status"]["progress"]["cut"] == 1
 
 
 def test_down_leaves_no_process_mount_network_rule_or_cgroup(node, baseline):
