@@ -6,9 +6,12 @@ bound to a local volume that a non-root pod writes, and nothing left once down.s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -308,18 +311,32 @@ async def watch(api, collection: str, into: list[dict]) -> None:
 BOMB = 1 << 30  # the reply that no worker under a 200 MiB limit can hold
 
 
-def endpoint() -> web.Application:
-    """A chat endpoint: a short reply to every request but one, whose reply is a gigabyte."""
+class Endpoint:
+    """A chat endpoint on the node's address, which pods reach: a short reply to every request,
+    held while `gate` is closed, but to "BOMB", whose reply is a gigabyte."""
 
-    async def chat(request: web.Request) -> web.StreamResponse:
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.held: list[str] = []  # the addresses of the pods whose requests wait at the gate
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        if body["messages"][-1]["content"] != "BOMB":
-            return web.json_response({
-                "id": "r", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": "fine"}}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-            })  # fmt: skip
+        if body["messages"][-1]["content"] == "BOMB":
+            return await self.bomb(request)
+        self.held.append(request.remote or "")
+        try:
+            await self.gate.wait()
+        finally:
+            self.held.remove(request.remote or "")
+        return web.json_response({
+            "id": "r", "object": "chat.completion", "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "fine"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+        })  # fmt: skip
+
+    async def bomb(self, request: web.Request) -> web.StreamResponse:
         head, tail = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"', b'"}}]}'
         reply = web.StreamResponse(headers={"Content-Type": "application/json"})
         reply.content_length = len(head) + BOMB + len(tail)
@@ -331,9 +348,56 @@ def endpoint() -> web.Application:
         await reply.write(tail)
         return reply
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    return app
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[str]:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "10.244.0.1", 0).start()
+            yield f"http://10.244.0.1:{runner.addresses[0][1]}"
+        finally:
+            self.gate.set()
+            await runner.cleanup()
+
+
+def sessions(*contents: str) -> list[dict]:
+    return [
+        {"session_id": f"s{i}", "turns": [{"messages": [{"role": "user", "content": c}]}]}
+        for i, c in enumerate(contents)
+    ]
+
+
+async def launch(api, ns: str, name: str, url: str, dataset: list[dict], **spec) -> str:
+    """A Benchmark of `dataset` against `url`, its results on a claim; the path to watch."""
+    await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+        "data": {"data.dag.jsonl": "".join(f"{json.dumps(x)}\n" for x in dataset)},
+    })  # fmt: skip
+    body = {
+        "endpoint": {"url": url, "model": "m", "type": "chat", "streaming": False},
+        "dataset": {"configMapRef": {"name": name}},
+        "workers": {"replicas": 2},
+        "results": {"persistentVolumeClaim": {"size": "1Gi"}},
+    }
+    benchmarks = f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks"
+    await api.create(benchmarks, {
+        "apiVersion": "dagperf.io/v1alpha1", "kind": "Benchmark",
+        "metadata": {"name": name, "namespace": ns}, "spec": body | spec,
+    })  # fmt: skip
+    return f"{benchmarks}/{name}"
+
+
+def finished(benchmark: dict | None) -> bool:
+    return ((benchmark or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+async def results(api, ns: str, name: str) -> list[dict]:
+    """The records the run wrote on its claim, read from the local volume it bound."""
+    claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}-results")
+    volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+    return read_jsonl(Path(volume["spec"]["local"]["path"]) / name / "profile_export.jsonl")
 
 
 async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_requests_lost(
@@ -343,56 +407,26 @@ async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_re
     reply bigger than its limit: the kubelet restarts it (OOMKilled, 137), the scheduler records
     what it held as WorkerLost, and the run ends Succeeded on what the workers measured."""
     system, ns, name = "dagperf-oom", "oom", "oom"
-    roots = [
-        {"session_id": f"s{i}", "turns": [{"messages": [{"role": "user", "content": f"q{i}"}]}]}
-        for i in range(12)
-    ]
-    dataset = [
-        {"session_id": "bomb", "turns": [{"messages": [{"role": "user", "content": "BOMB"}]}]}
-    ]
-    runner = web.AppRunner(endpoint())
-    await runner.setup()
-    await web.TCPSite(runner, "10.244.0.1", 0).start()  # the node's address: pods reach it
-    port = runner.addresses[0][1]
-    try:
-        async with node.admin() as api:
-            for each in (system, ns):
-                await namespace(api, each)
-            install_operator(node, "oom", system, ns)
-            await established(api)
-            seen: list[dict] = []  # every state of every pod in the namespace, as watched
-            watching = asyncio.create_task(watch(api, f"/api/v1/namespaces/{ns}/pods", seen))
-            await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
-                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dataset"},
-                "data": {"oom.dag.jsonl": "".join(f"{json.dumps(x)}\n" for x in dataset + roots)},
-            })  # fmt: skip
-            await api.create(f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks", {
-                "apiVersion": "dagperf.io/v1alpha1", "kind": "Benchmark",
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {
-                    "endpoint": {"url": f"http://10.244.0.1:{port}", "model": "m",
-                                 "type": "chat", "streaming": False},
-                    "dataset": {"configMapRef": {"name": "dataset"}},
-                    "load": {"concurrency": 2},
-                    "workers": {"replicas": 2, "resources": {
-                        "requests": {"cpu": "100m", "memory": "64Mi"},
-                        "limits": {"memory": "200Mi"}}},
-                    "results": {"persistentVolumeClaim": {"size": "1Gi"}},
-                },
-            })  # fmt: skip
-            done = await eventually(
-                lambda: api.get(f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks/{name}"),
-                lambda b: (b.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
-                timeout=300,
-            )
-            claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}-results")
-            volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
-    finally:
-        watching.cancel()
-        await runner.cleanup()
-    records = read_jsonl(Path(volume["spec"]["local"]["path"]) / name / "profile_export.jsonl")
+    dataset = [*sessions("BOMB"), *sessions(*(f"q{i}" for i in range(12)))]
+    dataset[0]["session_id"] = "bomb"
+    limits = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "200Mi"}}
+    async with node.admin() as api, Endpoint().serving() as url:
+        for each in (system, ns):
+            await namespace(api, each)
+        install_operator(node, "oom", system, ns)
+        await established(api)
+        seen: list[dict] = []  # every state of every pod in the namespace, as watched
+        watching = asyncio.create_task(watch(api, f"/api/v1/namespaces/{ns}/pods", seen))
+        try:
+            path = await launch(
+                api, ns, name, url, dataset,
+                load={"concurrency": 2}, workers={"replicas": 2, "resources": limits},
+            )  # fmt: skip
+            done = await eventually(lambda: api.get(path), finished, timeout=300)
+        finally:
+            watching.cancel()
+        records = await results(api, ns, name)
     lost = [r for r in records if (r["error"] or {}).get("type") == "WorkerLost"]
-    assert lost, records
     # The worker that read the reply was killed by the kernel in its cgroup, and restarted.
     (victim,) = {
         p["metadata"]["name"]
@@ -408,11 +442,96 @@ async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_re
     # What it held is lost, not failed by the endpoint; every other request was measured.
     assert [r["metadata"]["conversation_id"] for r in lost] == ["bomb"]
     assert all(victim in r["error"]["message"] for r in lost), lost
-    fine = [r for r in records if not r["error"]]
-    assert len(fine) == len(roots)
+    assert len([r for r in records if not r["error"]]) == 12
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["progress"]["errors"] == 0
     assert done["status"]["progress"]["cut"] == 1
+
+
+def container_pid(node: ControlPlane, pod: dict) -> int:
+    """The host PID of a pod's (first) container's main process, from containerd's state."""
+    container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    tasks = node.directory / "node/containerd/state/io.containerd.runtime.v2.task/k8s.io"
+    return int((tasks / container / "init.pid").read_text())
+
+
+async def test_a_worker_pod_deleted_mid_run_is_replaced_and_its_requests_cut(node):
+    """A worker pod deleted while its requests wait at the endpoint: its Deployment replaces
+    it, its requests are cut (cancelled by the worker, or lost to the scheduler), and the run
+    ends on the rest."""
+    system, ns, name = "dagperf-delete", "delete", "delete"
+    endpoint = Endpoint()
+    endpoint.gate.clear()
+    async with node.admin() as api, endpoint.serving() as url:
+        for each in (system, ns):
+            await namespace(api, each)
+        install_operator(node, "delete", system, ns)
+        await established(api)
+        path = await launch(
+            api, ns, name, url, sessions(*(f"q{i}" for i in range(9))), load={"concurrency": 4}
+        )
+        await eventually(
+            lambda: asyncio.sleep(0, len(endpoint.held)), lambda n: n == 4, timeout=120
+        )
+        workers = [
+            p for p in await api.items(PODS.format(ns=ns)) if p["metadata"]["name"].startswith(
+                f"{name}-workers-")
+        ]  # fmt: skip
+        # One whose requests wait (the routing decides which does)
+        victim = next(p for p in workers if p["status"]["podIP"] in endpoint.held)
+        victim = victim["metadata"]["name"]
+        await api.delete(PODS.format(ns=ns) + f"/{victim}")
+        await eventually(
+            lambda: api.items(PODS.format(ns=ns)),
+            lambda pods: (
+                victim not in {p["metadata"]["name"] for p in pods}
+                and len([p for p in pods if p["metadata"]["name"].startswith(f"{name}-workers-")])
+                == 2
+            ),
+            timeout=120,
+        )
+        endpoint.gate.set()
+        done = await eventually(lambda: api.get(path), finished, timeout=300)
+        records = await results(api, ns, name)
+    # The deleted worker, told to stop (SIGTERM), cancels what it sends; what the scheduler
+    # still counted on it is lost once its heartbeats stop. Both are cut, not endpoint errors.
+    cut = [r for r in records if r["error"]]
+    lost = [r for r in cut if r["error"]["type"] == "WorkerLost"]
+    assert {r["error"]["type"] for r in cut} <= {"WorkerLost", "RequestCancellationError"}, cut
+    assert lost and all(victim in r["error"]["message"] for r in lost), cut
+    assert done["status"]["progress"]["errors"] == 0
+    assert done["status"]["progress"]["cut"] == len(cut)
+    if len(cut) < len(records):
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+
+
+async def test_a_scheduler_killed_mid_run_fails_the_benchmark_with_its_exit_code(node):
+    """The scheduler's process SIGKILLed on the node while requests wait at the endpoint: the
+    Benchmark fails, its message names the exit code, and its workers are scaled to zero."""
+    system, ns, name = "dagperf-kill", "kill", "kill"
+    endpoint = Endpoint()
+    endpoint.gate.clear()
+    async with node.admin() as api, endpoint.serving() as url:
+        for each in (system, ns):
+            await namespace(api, each)
+        install_operator(node, "kill", system, ns)
+        await established(api)
+        path = await launch(
+            api, ns, name, url, sessions(*(f"q{i}" for i in range(6))), load={"concurrency": 3}
+        )
+        await eventually(
+            lambda: asyncio.sleep(0, len(endpoint.held)), lambda n: n == 3, timeout=120
+        )
+        (scheduler,) = [
+            p for p in await api.items(PODS.format(ns=ns)) if p["metadata"]["name"].startswith(
+                f"{name}-scheduler-")
+        ]  # fmt: skip
+        os.kill(container_pid(node, scheduler), signal.SIGKILL)  # as a crash would
+        failed = await eventually(lambda: api.get(path), finished, timeout=120)
+        assert failed["status"]["phase"] == "Failed", failed["status"]
+        assert "137" in failed["status"]["message"], failed["status"]
+        workers = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}-workers"
+        assert (await api.get(workers))["spec"]["replicas"] == 0
 
 
 def test_down_leaves_no_process_mount_network_rule_or_cgroup(node, baseline):
