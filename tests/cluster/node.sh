@@ -14,17 +14,22 @@
 # What the node changes outside DIR, and node_down undoes: the bridge and the pods' veths,
 # network namespaces (under containerd's state dir), kube-proxy's and the kubelet's iptables
 # chains (all named KUBE-*) and the nftables tables iptables-nft made for them (deleted with
-# Debian's nft), the kubepods cgroups, and net.ipv4.ip_forward, which the bridge plugin turns
+# Debian's nft), the kubepods cgroups, the HOST_DIRS below if it made them, and
+# net.ipv4.ip_forward, which the bridge plugin turns
 # on for the pods' traffic through the host (set back to what it was).
 
 NODE_NAME=dagperf-node
 NODE_BRIDGE=dagperf0
 NODE_IP=10.244.0.1
 POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.96.0.0/24 # up.sh's --service-cluster-ip-range
 CLUSTER_DOMAIN=cluster.local
 PAUSE_IMAGE=localhost/dagperf-pause:1
 NODE_IMAGES=("localhost/dagperf:0.1.0") # imported from podman, never pulled
 VOLUMES=32                              # local PersistentVolumes made ready for claims
+# Where the parts keep state whatever they are told (the shims' sockets and runc's state, the
+# CNI library's cache, the kubelet's device plugins): node_down removes what the node made there.
+HOST_DIRS=(/run/containerd /var/lib/cni /var/lib/kubelet)
 
 node_network() { # the node's bridge and address, before anything listens on it
   if ip link show "$NODE_BRIDGE" > /dev/null 2>&1; then
@@ -34,9 +39,14 @@ node_network() { # the node's bridge and address, before anything listens on it
   mkdir -p "$DIR/node" # down.sh looks for it
   cat /proc/sys/net/ipv4/ip_forward > "$DIR/node/ip_forward.before"
   node_tables > "$DIR/node/tables.before"
+  local made
+  for made in "${HOST_DIRS[@]}"; do [ -e "$made" ] || echo "$made"; done > "$DIR/node/host-dirs.made"
   ip link add "$NODE_BRIDGE" type bridge
   ip addr add "$NODE_IP/24" dev "$NODE_BRIDGE"
   ip link set "$NODE_BRIDGE" up
+  # The Service range on the bridge too: a packet to a cluster IP that kube-proxy has no rule for
+  # yet stays on this machine instead of following the default route out.
+  ip route add "$SERVICE_CIDR" dev "$NODE_BRIDGE"
 }
 
 node_certificates() {
@@ -327,10 +337,17 @@ node_down() { # stops the node's parts and removes what they left outside their 
   local mount
   awk -v dir="$DIR/" 'index($5, dir) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
     while read -r mount; do umount -l "$mount" 2> /dev/null; done
-  local hierarchy
+  local hierarchy made
   for hierarchy in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [ -d "$hierarchy" ] && find "$hierarchy" -depth -type d -exec rmdir {} + 2> /dev/null
   done
+  if [ -f "$DIR/node/host-dirs.made" ]; then # empty directories only: what is in use stays
+    while read -r made; do
+      # the kubelet's device-plugin socket, which it leaves when stopped
+      [ "$made" = /var/lib/kubelet ] && rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+      [ -d "$made" ] && find "$made" -depth -type d -empty -delete 2> /dev/null
+    done < "$DIR/node/host-dirs.made"
+  fi
   return 0
 }
 
