@@ -514,10 +514,12 @@ async def test_a_worker_pod_deleted_mid_run_is_replaced_and_its_requests_cut(nod
         records = await results(api, ns, name)
     # The deleted worker, told to stop (SIGTERM), cancels what it sends; what the scheduler
     # still counted on it is lost once its heartbeats stop. Both are cut, not endpoint errors.
+    # Which of the two each request meets is a race on a busy node.
     cut = [r for r in records if r["error"]]
-    lost = [r for r in cut if r["error"]["type"] == "WorkerLost"]
-    assert {r["error"]["type"] for r in cut} <= {"WorkerLost", "RequestCancellationError"}, cut
-    assert lost and all(victim in r["error"]["message"] for r in lost), cut
+    assert cut, records
+    for r in cut:
+        assert r["error"]["type"] in ("WorkerLost", "RequestCancellationError"), r
+        assert victim in r["error"]["message"] or r["metadata"]["worker_id"].startswith(victim), r
     assert done["status"]["progress"]["errors"] == 0
     assert done["status"]["progress"]["cut"] == len(cut)
     if len(cut) < len(records):
