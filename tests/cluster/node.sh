@@ -11,12 +11,12 @@
 # The bridge, the address range and the node's name are fixed, so one real node runs on a machine
 # at a time.
 #
-# What the node changes outside DIR, and node_down undoes: the bridge and the pods' veths,
-# network namespaces (under containerd's state dir), kube-proxy's and the kubelet's iptables
-# chains (all named KUBE-*) and the nftables tables iptables-nft made for them (deleted with
-# Debian's nft), the kubepods cgroups, the HOST_DIRS below if it made them, and
-# net.ipv4.ip_forward, which the bridge plugin turns
-# on for the pods' traffic through the host (set back to what it was).
+# What the node changes outside DIR, and node_down undoes: the bridge (with the route of the
+# Service range) and the pods' veths, network namespaces (under containerd's state dir),
+# kube-proxy's and the kubelet's iptables chains (all named KUBE-*) and the nftables tables
+# iptables-nft made for them (deleted with Debian's nft), the kubepods cgroups, the HOST_DIRS
+# below if it made them, and net.ipv4.ip_forward, which the bridge plugin turns on for the pods'
+# traffic through the host (set back to what it was).
 
 NODE_NAME=dagperf-node
 NODE_BRIDGE=dagperf0
