@@ -42,9 +42,10 @@ class ControlPlane:
     kubeconfig: Path  # the admin's
 
     @classmethod
-    def up(cls, directory: Path) -> ControlPlane:
-        """Run up.sh (which builds the components first if the cache lacks them)."""
-        env = os.environ | {"DAGPERF_CLUSTER_DIR": str(directory)}
+    def up(cls, directory: Path, node: str = "") -> ControlPlane:
+        """Run up.sh (which builds the components first if the cache lacks them); with
+        node="real", a real node beside it (tests/cluster/node.sh)."""
+        env = os.environ | {"DAGPERF_CLUSTER_DIR": str(directory), "DAGPERF_CLUSTER_NODE": node}
         done = subprocess.run(
             [str(SCRIPTS / "up.sh")], env=env, capture_output=True, text=True, check=False
         )

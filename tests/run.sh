@@ -19,6 +19,12 @@ command -v chromium > /dev/null || packages+=(chromium)
 command -v kubectl > /dev/null || packages+=(kubernetes-client)
 command -v openssl > /dev/null || packages+=(openssl)
 command -v curl > /dev/null || packages+=(curl)
+# The real node (tests/cluster/node.sh): runc under containerd, iptables for kube-proxy, nft to
+# remove the netfilter tables it leaves, ip for the bridge.
+command -v runc > /dev/null || packages+=(runc)
+command -v iptables > /dev/null || packages+=(iptables)
+command -v nft > /dev/null || packages+=(nftables)
+command -v ip > /dev/null || packages+=(iproute2)
 command -v cmake > /dev/null || packages+=(cmake)
 { command -v c++ && command -v make; } > /dev/null || packages+=(build-essential)
 if [ ${#packages[@]} -gt 0 ]; then
@@ -33,12 +39,13 @@ python3 -m venv .venv
 . .venv/bin/activate
 pip install --quiet -e ".[test]"
 
-# The cluster tests' control plane (etcd, kube-apiserver, kube-controller-manager), built from
+# The cluster tests' control plane (etcd, kube-apiserver, kube-controller-manager) and node
+# (kubelet, kube-proxy, kube-scheduler, containerd, CNI plugins, CoreDNS, ...), built from
 # the Go module proxy into ~/.cache/dagperf-cluster once and reused; the tests would build it on
 # first use too, this only makes a missing Go toolchain fail first and the build's time show.
 started=$SECONDS
 tests/cluster/build.sh > /dev/null
-echo "control plane binaries ready in $((SECONDS - started)) s"
+echo "control plane and node binaries ready in $((SECONDS - started)) s"
 
 # The image (one Dockerfile, built with podman on a Debian base that tests/image/build.sh makes
 # with mmdebstrap and caches in ~/.cache/dagperf-image; podman's layer cache rebuilds only what

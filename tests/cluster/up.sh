@@ -4,10 +4,17 @@
 # code built by build.sh. Every connection is TLS with client certificates, every port is bound
 # to 127.0.0.1. There is no kubelet and no scheduler: the tests bring their own node.
 #
+# With DAGPERF_CLUSTER_NODE=real, a real node runs beside it instead (node.sh: kube-scheduler, a
+# kubelet on containerd, bridge CNI, kube-proxy, CoreDNS, local volumes). The pods must reach the
+# API server, so it listens on the node's address (its pod bridge's gateway) rather than on
+# loopback, every kubeconfig names that address, and the `kubernetes` Service's endpoint is kept
+# by the API server's own lease reconciler; the node lifecycle controller runs too.
+#
 # Prints the path of an admin kubeconfig as its last line of stdout; DIR/bin/kubectl is a kubectl
 # of the same release. down.sh stops it all.
 #
 #   DAGPERF_CLUSTER_DIR  state: certificates, etcd's data, logs, kubeconfigs (default below)
+#   DAGPERF_CLUSTER_NODE `real` for a real node (root only); anything else, none (the default)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -15,13 +22,25 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/../processes.sh"
 DIR="${DAGPERF_CLUSTER_DIR:-${TMPDIR:-/tmp}/dagperf-cluster}"
 BIN="$("$HERE/build.sh" | tail -1)"
+REAL_NODE=""
+[ "${DAGPERF_CLUSTER_NODE:-}" = real ] && REAL_NODE=1
+# shellcheck source=tests/cluster/node.sh
+. "$HERE/node.sh"
 
 "$HERE/down.sh" > /dev/null  # a control plane left behind in this directory goes first
 mkdir -p "$DIR"
 chmod 700 "$DIR"
 cd "$DIR"
-rm -rf pki etcd-data bin ./*.log ./*.kubeconfig
+rm -rf pki etcd-data bin node ./*.log ./*.kubeconfig
 mkdir pki
+API_HOST=127.0.0.1 API_SANS="IP:127.0.0.1" RECONCILER=none CONTROLLERS='*,-nodelifecycle'
+CONTROLLER_FLAGS=()
+if [ -n "$REAL_NODE" ]; then
+  node_network
+  API_HOST=$NODE_IP API_SANS="IP:$NODE_IP,IP:127.0.0.1" RECONCILER=lease CONTROLLERS='*'
+  # The node's pod range, which the node IPAM controller writes into its spec.
+  CONTROLLER_FLAGS=(--allocate-node-cidrs --cluster-cidr "$POD_CIDR" --node-cidr-mask-size 24)
+fi
 ln -s "$BIN" bin  # the components, and a kubectl of the same release
 
 free_port() {
@@ -49,7 +68,7 @@ issue() { # issue NAME SUBJECT [SUBJECT_ALT_NAMES]
 }
 issue etcd "/CN=etcd" "IP:127.0.0.1,DNS:localhost"
 issue apiserver "/CN=kube-apiserver" \
-  "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+  "$API_SANS,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
 issue apiserver-etcd "/CN=kube-apiserver-etcd-client"
 issue admin "/O=system:masters/CN=dagperf-test-admin"
 issue controller-manager "/CN=system:kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
@@ -63,7 +82,7 @@ apiVersion: v1
 kind: Config
 clusters:
 - name: dagperf-test
-  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$DIR/pki/ca.crt"}
+  cluster: {server: "https://$API_HOST:$API_PORT", certificate-authority: "$DIR/pki/ca.crt"}
 users:
 - name: $1
   user: {client-certificate: "$DIR/pki/$1.crt", client-key: "$DIR/pki/$1.key"}
@@ -76,6 +95,7 @@ EOF
 }
 kubeconfig admin
 kubeconfig controller-manager
+[ -z "$REAL_NODE" ] || node_certificates
 
 probe() { # probe URL CERT: an HTTPS GET with a client certificate of up.sh's CA
   curl -sf --cacert pki/ca.crt --cert "pki/$2.crt" --key "pki/$2.key" "$1"
@@ -93,9 +113,14 @@ start etcd "$BIN/etcd" --name dagperf-test --data-dir "$DIR/etcd-data" --unsafe-
 wait_ready etcd probe "https://127.0.0.1:$ETCD_PORT/health" apiserver-etcd
 
 # --- kube-apiserver ---------------------------------------------------------------------------
-# No endpoint reconciler: the `kubernetes` Service cannot have 127.0.0.1 as an endpoint.
+# Without a node, no endpoint reconciler: the `kubernetes` Service cannot have 127.0.0.1 as an
+# endpoint. With one, it reaches the kubelets with its own client certificate and checks theirs.
+kubelet_client=()
+[ -z "$REAL_NODE" ] || kubelet_client=(--kubelet-certificate-authority pki/ca.crt
+  --kubelet-client-certificate pki/apiserver-kubelet.crt --kubelet-client-key pki/apiserver-kubelet.key
+  --kubelet-preferred-address-types InternalIP)
 start kube-apiserver "$BIN/kube-apiserver" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+  --bind-address "$API_HOST" --advertise-address "$API_HOST" --secure-port "$API_PORT" \
   --etcd-servers "https://127.0.0.1:$ETCD_PORT" --etcd-cafile pki/ca.crt \
   --etcd-certfile pki/apiserver-etcd.crt --etcd-keyfile pki/apiserver-etcd.key \
   --tls-cert-file pki/apiserver.crt --tls-private-key-file pki/apiserver.key \
@@ -103,13 +128,14 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --authorization-mode Node,RBAC --anonymous-auth=false \
   --service-account-issuer https://kubernetes.default.svc \
   --service-account-key-file pki/sa.pub --service-account-signing-key-file pki/sa.key \
-  --service-cluster-ip-range 10.96.0.0/24 --endpoint-reconciler-type none \
-  --profiling=false
-wait_ready kube-apiserver probe "https://127.0.0.1:$API_PORT/readyz" admin
+  --service-cluster-ip-range 10.96.0.0/24 --endpoint-reconciler-type "$RECONCILER" \
+  "${kubelet_client[@]}" --profiling=false
+wait_ready kube-apiserver probe "https://$API_HOST:$API_PORT/readyz" admin
 
 # --- kube-controller-manager ------------------------------------------------------------------
-# Every default controller but node lifecycle, which would taint the tests' node as unreachable
-# (it has no kubelet heartbeat); each controller acts under its own service account.
+# Every default controller (without a real node, but node lifecycle, which would taint the
+# stand-in node as unreachable: it has no kubelet heartbeat); each acts under its own service
+# account.
 start kube-controller-manager "$BIN/kube-controller-manager" \
   --kubeconfig controller-manager.kubeconfig \
   --authentication-kubeconfig controller-manager.kubeconfig \
@@ -118,7 +144,9 @@ start kube-controller-manager "$BIN/kube-controller-manager" \
   --tls-cert-file pki/controller-manager.crt --tls-private-key-file pki/controller-manager.key \
   --client-ca-file pki/ca.crt --root-ca-file pki/ca.crt \
   --service-account-private-key-file pki/sa.key --use-service-account-credentials \
-  --controllers '*,-nodelifecycle' --leader-elect=false --profiling=false
+  --controllers "$CONTROLLERS" "${CONTROLLER_FLAGS[@]}" --leader-elect=false --profiling=false
 wait_ready kube-controller-manager probe "https://127.0.0.1:$KCM_PORT/healthz" admin
+
+[ -z "$REAL_NODE" ] || node_up
 
 echo "$DIR/admin.kubeconfig"

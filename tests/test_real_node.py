@@ -1,0 +1,579 @@
+"""The real node beside the real control plane (tests/cluster/up.sh with DAGPERF_CLUSTER_NODE=real):
+a kubelet on containerd that reports Ready, pods placed by kube-scheduler and started from the
+project's imported image, a Service reached by its cluster DNS name through kube-proxy, a claim
+bound to a local volume that a non-root pod writes, and nothing left once down.sh has run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from dagperf_operator.manifests import Names
+
+from control_plane import CHART, ROOT, ControlPlane, established, namespace
+from runs import eventually, read_jsonl
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(os.geteuid() != 0, reason="a real node needs root (network, mounts)"),
+]
+
+IMAGE = "localhost/dagperf:0.1.0"
+NODE = "dagperf-node"
+BRIDGE = "dagperf0"
+PODS = "/api/v1/namespaces/{ns}/pods"
+HOST_DIRS = ("/run/containerd", "/var/lib/cni", "/var/lib/kubelet")  # node.sh's, outside its own
+
+
+def _iptables() -> str:
+    saved = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    return "\n".join(line for line in saved.splitlines() if not line.startswith("#"))
+
+
+@pytest.fixture(scope="module")
+def baseline() -> Iterator[dict]:
+    """What the machine looked like before the node: iptables rules, network namespaces,
+    interfaces and directories. One real node runs on a machine at a time (its bridge and
+    addresses are fixed): this waits for the machine's lock, which xdist workers that both got
+    some of these tests need, and holds it until the node is down."""
+    with open("/tmp/dagperf-real-node.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield {
+            "iptables": _iptables(),
+            "netns": _netns(),
+            "links": _links(),
+            "host dirs": [d for d in HOST_DIRS if Path(d).exists()],
+        }
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory, baseline, image):
+    """The control plane with a real node, up for this module's tests; the last test takes it
+    down itself, so its teardown only makes sure."""
+    plane = ControlPlane.up(tmp_path_factory.mktemp("real-node"), node="real")
+    try:
+        yield plane
+    finally:
+        plane.down()
+
+
+def _alive(pid: int) -> bool:
+    """Running: not gone, nor a zombie that this session (their subreaper) has yet to reap."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _links() -> list[str]:
+    done = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True)
+    return sorted(line.split()[0] for line in done.stdout.splitlines())
+
+
+def _netns() -> list[str]:
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def restricted(container: dict) -> dict:
+    """A container as the restricted Pod Security Standard admits it, from the project's image."""
+    security = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
+    return {"image": IMAGE, "imagePullPolicy": "Never", "securityContext": security} | container
+
+
+def pod(name: str, *containers: dict, **spec) -> dict:
+    security = {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"securityContext": security, "containers": list(containers)} | spec,
+    }
+
+
+def phase_is(*phases: str):
+    def check(found: dict | None) -> bool:
+        return bool(found) and found["status"].get("phase") in phases
+
+    return check
+
+
+def ready(found: dict | None) -> bool:
+    found_conditions = ((found or {}).get("status") or {}).get("conditions") or []
+    conditions = {c["type"]: c["status"] for c in found_conditions}
+    return conditions.get("Ready") == "True"
+
+
+async def test_the_node_is_ready_with_a_kubelet_of_the_release_on_containerd_2(node):
+    async with node.admin() as api:
+        found = await eventually(lambda: api.get(f"/api/v1/nodes/{NODE}"), ready, timeout=60)
+    info = found["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.36.3"
+    assert info["containerRuntimeVersion"].startswith("containerd://2."), info
+    assert found["spec"]["podCIDR"] == "10.244.0.0/24"
+    (address,) = [a for a in found["status"]["addresses"] if a["type"] == "InternalIP"]
+    assert address["address"] == "10.244.0.1"
+    listed = node.kubectl("get", "nodes", "--no-headers")
+    assert listed.returncode == 0 and f"{NODE}   Ready" in listed.stdout, listed
+
+
+async def test_a_pod_of_the_project_image_is_scheduled_and_run_by_containerd(node):
+    async with node.admin() as api:
+        ns = await namespace(api, "runs")
+        await api.create(
+            PODS.format(ns=ns),
+            pod(
+                "version",
+                restricted({"name": "main", "command": ["dagperf", "--version"]}),
+                restartPolicy="Never",
+            ),
+        )
+        path = PODS.format(ns=ns) + "/version"
+        done = await eventually(lambda: api.get(path), phase_is("Succeeded", "Failed"), 120)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert done["spec"]["nodeName"] == NODE
+        (status,) = done["status"]["containerStatuses"]
+        assert status["containerID"].startswith("containerd://"), status
+        assert done["status"]["podIP"].startswith("10.244.0."), done["status"]
+        events = await api.items(f"/api/v1/namespaces/{ns}/events")
+        scheduled = [e for e in events if e["reason"] == "Scheduled"]
+        assert [e["reportingComponent"] for e in scheduled] == ["default-scheduler"], scheduled
+    logs = node.kubectl("logs", "-n", ns, "version")  # through the kubelet's own server
+    assert logs.returncode == 0 and logs.stdout.startswith("dagperf "), logs
+
+
+SERVE = (
+    "import http.server as h;"
+    " h.ThreadingHTTPServer(('', 8080), h.SimpleHTTPRequestHandler).serve_forever()"
+)
+# A client as clients are: it tries again until kube-proxy has the Service's rules (a busy node
+# takes a while), up to a minute.
+FETCH = """
+import time, urllib.request
+for attempt in range(60):
+    try:
+        print(urllib.request.urlopen('http://web.{ns}.svc.cluster.local/', timeout=1).status)
+        break
+    except OSError as error:
+        print(error)
+        time.sleep(1)
+"""
+
+
+async def test_a_pod_reaches_another_pods_service_by_its_dns_name(node):
+    async with node.admin() as api:
+        ns = await namespace(api, "dns")
+        server = restricted(
+            {
+                "name": "web",
+                "command": ["python3", "-c", SERVE],
+                "workingDir": "/tmp",
+                "ports": [{"containerPort": 8080}],
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+            }
+        )
+        await api.create(PODS.format(ns=ns), pod("web", server))
+        await api.create(
+            f"/api/v1/namespaces/{ns}/services",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+            },
+        )
+        await eventually(lambda: api.get(PODS.format(ns=ns) + "/web"), ready, timeout=120)
+        client = restricted({"name": "fetch", "command": ["python3", "-c", FETCH.format(ns=ns)]})
+        await api.create(PODS.format(ns=ns), pod("fetch", client, restartPolicy="Never"))
+        path = PODS.format(ns=ns) + "/fetch"
+        done = await eventually(lambda: api.get(path), phase_is("Succeeded", "Failed"), 120)
+    logs = node.kubectl("logs", "-n", ns, "fetch")
+    assert done["status"]["phase"] == "Succeeded", (done["status"], logs.stdout, logs.stderr)
+    assert logs.stdout.strip().splitlines()[-1] == "200"
+
+
+WRITE = "import os; open('/results/written', 'w').write(str(os.getuid()))"
+
+
+async def test_a_claim_binds_a_local_volume_that_a_non_root_pod_writes(node):
+    async with node.admin() as api:
+        ns = await namespace(api, "claims")
+        await api.create(
+            f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "results"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+        writer = restricted(
+            {
+                "name": "write",
+                "command": ["python3", "-c", WRITE],
+                "volumeMounts": [{"name": "results", "mountPath": "/results"}],
+            }
+        )
+        volumes = [{"name": "results", "persistentVolumeClaim": {"claimName": "results"}}]
+        await api.create(
+            PODS.format(ns=ns), pod("write", writer, restartPolicy="Never", volumes=volumes)
+        )
+        path = PODS.format(ns=ns) + "/write"
+        done = await eventually(lambda: api.get(path), phase_is("Succeeded", "Failed"), 120)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/results")
+        assert claim["status"]["phase"] == "Bound"
+        volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+    written = Path(volume["spec"]["local"]["path"]) / "written"
+    assert written.read_text() == "10001"
+    assert written.stat().st_gid == 10001  # the volume is the pod's fsGroup's
+
+
+def install_operator(node: ControlPlane, release: str, system: str, watched: str) -> None:
+    """The chart, by helm, its operator watching one namespace."""
+    settings = [
+        f"watchNamespaces={{{watched}}}",
+        "operator.pollIntervalSeconds=1",
+        "benchmarkDefaults.metricsLingerSeconds=0",
+        # The chart asks a whole CPU per worker and half one for the scheduler: with the
+        # operator and the simulator, more than this 2-core node has to give.
+        "benchmarkDefaults.worker.resources.requests.cpu=250m",
+        "benchmarkDefaults.scheduler.resources.requests.cpu=250m",
+    ]
+    sets = [word for setting in settings for word in ("--set", setting)]
+    node.helm("install", release, str(CHART), "--namespace", system, *sets)
+
+
+async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(node):
+    """The chart installed by helm (the operator as its Deployment, reaching the API server
+    through the `kubernetes` Service), examples/simulator.yaml and examples/benchmark.yaml
+    applied unchanged: the Benchmark's scheduler Job and worker Deployment run on the node,
+    the workers reach the scheduler and the simulator by their Service names, and the export
+    files land on the claim the operator made."""
+    system, ns, name = "dagperf-system", "bench", "example"
+    async with node.admin() as api:
+        for each in (system, ns):
+            await namespace(api, each)
+        install_operator(node, "dagperf", system, ns)
+        await established(api)
+        for example in ("simulator.yaml", "benchmark.yaml"):
+            applied = node.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / example))
+            assert applied.returncode == 0, applied.stderr
+        done = await eventually(
+            lambda: api.get(f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks/{name}"),
+            lambda b: (b.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+            timeout=420,
+        )
+        pods = [*await api.items(PODS.format(ns=ns)), *await api.items(PODS.format(ns=system))]
+        events = [
+            *await api.items(f"/api/v1/namespaces/{ns}/events"),
+            *await api.items(f"/api/v1/namespaces/{system}/events"),
+        ]
+        claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{Names(name).claim}")
+        volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+    status = done["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["progress"]["requestsCompleted"] == 200  # the example's requestCount
+    assert status["progress"]["errors"] == 0
+
+    # Every pod, the workers' too (scaled down by now), placed by kube-scheduler.
+    scheduled = [e["involvedObject"]["name"] for e in events if e["reason"] == "Scheduled"]
+    assert {e["reportingComponent"] for e in events if e["reason"] == "Scheduled"} == {
+        "default-scheduler"
+    }
+    prefixes = ("dagperf-operator-", "dagperf-simulator-", f"{name}-scheduler-", f"{name}-workers-")
+    counts = {p: len([s for s in scheduled if s.startswith(p)]) for p in prefixes}
+    assert counts == dict(zip(prefixes, (1, 1, 1, 2), strict=True)), scheduled
+    for found in pods:
+        assert found["spec"]["nodeName"] == NODE
+        for container in found["status"]["containerStatuses"]:
+            assert container["containerID"].startswith("containerd://"), container
+
+    results = Path(volume["spec"]["local"]["path"]) / name
+    records = read_jsonl(results / "profile_export.jsonl")
+    assert len(records) == 200 and [r for r in records if r["error"]] == []
+    assert {p.stat().st_uid for p in results.iterdir()} == {10001}
+
+
+async def watch(api, collection: str, into: list[dict]) -> None:
+    """Every state of every object in `collection` from now on, appended to `into`."""
+    async with api.session.get(f"{api.url}{collection}?watch=1") as r:
+        async for line in r.content:
+            if line.strip():
+                into.append(json.loads(line)["object"])
+
+
+BOMB = 1 << 30  # the reply that no worker under a 200 MiB limit can hold
+
+
+class Endpoint:
+    """A chat endpoint on the node's address, which pods reach: a short reply to every request,
+    held while `gate` is closed, but to "BOMB", whose reply is a gigabyte."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.held: list[str] = []  # the addresses of the pods whose requests wait at the gate
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body["messages"][-1]["content"] == "BOMB":
+            return await self.bomb(request)
+        self.held.append(request.remote or "")
+        try:
+            await self.gate.wait()
+        finally:
+            self.held.remove(request.remote or "")
+        return web.json_response({
+            "id": "r", "object": "chat.completion", "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "fine"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+        })  # fmt: skip
+
+    async def bomb(self, request: web.Request) -> web.StreamResponse:
+        head, tail = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"', b'"}}]}'
+        reply = web.StreamResponse(headers={"Content-Type": "application/json"})
+        reply.content_length = len(head) + BOMB + len(tail)
+        await reply.prepare(request)
+        await reply.write(head)
+        chunk = b"x" * (1 << 20)
+        for _ in range(BOMB // len(chunk)):
+            await reply.write(chunk)  # raises once the worker is gone
+        await reply.write(tail)
+        return reply
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[str]:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "10.244.0.1", 0).start()
+            yield f"http://10.244.0.1:{runner.addresses[0][1]}"
+        finally:
+            self.gate.set()
+            await runner.cleanup()
+
+
+def sessions(*contents: str) -> list[dict]:
+    return [
+        {"session_id": f"s{i}", "turns": [{"messages": [{"role": "user", "content": c}]}]}
+        for i, c in enumerate(contents)
+    ]
+
+
+async def launch(api, ns: str, name: str, url: str, dataset: list[dict], **spec) -> str:
+    """A Benchmark of `dataset` against `url`, its results on a claim; the path to watch."""
+    await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+        "data": {"data.dag.jsonl": "".join(f"{json.dumps(x)}\n" for x in dataset)},
+    })  # fmt: skip
+    body = {
+        "endpoint": {"url": url, "model": "m", "type": "chat", "streaming": False},
+        "dataset": {"configMapRef": {"name": name}},
+        "workers": {"replicas": 2},
+        "results": {"persistentVolumeClaim": {"size": "1Gi"}},
+    }
+    benchmarks = f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks"
+    await api.create(benchmarks, {
+        "apiVersion": "dagperf.io/v1alpha1", "kind": "Benchmark",
+        "metadata": {"name": name, "namespace": ns}, "spec": body | spec,
+    })  # fmt: skip
+    return f"{benchmarks}/{name}"
+
+
+def finished(benchmark: dict | None) -> bool:
+    return ((benchmark or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+async def results(api, ns: str, name: str) -> list[dict]:
+    """The records the run wrote on its claim, read from the local volume it bound."""
+    claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}-results")
+    volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+    return read_jsonl(Path(volume["spec"]["local"]["path"]) / name / "profile_export.jsonl")
+
+
+async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_requests_lost(
+    node,
+):
+    """The kernel's OOM killer, in the worker's memory cgroup, ends the worker that reads a
+    reply bigger than its limit: the kubelet restarts it (OOMKilled, 137), the scheduler records
+    what it held as WorkerLost, and the run ends Succeeded on what the workers measured."""
+    system, ns, name = "dagperf-oom", "oom", "oom"
+    dataset = [*sessions("BOMB"), *sessions(*(f"q{i}" for i in range(12)))]
+    dataset[0]["session_id"] = "bomb"
+    limits = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "200Mi"}}
+    async with node.admin() as api, Endpoint().serving() as url:
+        for each in (system, ns):
+            await namespace(api, each)
+        install_operator(node, "oom", system, ns)
+        await established(api)
+        seen: list[dict] = []  # every state of every pod in the namespace, as watched
+        watching = asyncio.create_task(watch(api, f"/api/v1/namespaces/{ns}/pods", seen))
+        try:
+            path = await launch(
+                api, ns, name, url, dataset,
+                load={"concurrency": 2}, workers={"replicas": 2, "resources": limits},
+            )  # fmt: skip
+            done = await eventually(lambda: api.get(path), finished, timeout=300)
+        finally:
+            watching.cancel()
+        records = await results(api, ns, name)
+    lost = [r for r in records if (r["error"] or {}).get("type") == "WorkerLost"]
+    # The worker that read the reply was killed by the kernel in its cgroup, and restarted.
+    (victim,) = {
+        p["metadata"]["name"]
+        for p in seen
+        for c in p["status"].get("containerStatuses") or []
+        if (c["lastState"].get("terminated") or {}).get("reason") == "OOMKilled"
+    }
+    (restarted,) = [p for p in seen if p["metadata"]["name"] == victim][-1]["status"][
+        "containerStatuses"
+    ]
+    assert restarted["lastState"]["terminated"]["exitCode"] == 137
+    assert restarted["restartCount"] >= 1
+    # What it held is lost, not failed by the endpoint; every other request was measured.
+    assert [r["metadata"]["conversation_id"] for r in lost] == ["bomb"]
+    assert all(victim in r["error"]["message"] for r in lost), lost
+    assert len([r for r in records if not r["error"]]) == 12
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["progress"]["errors"] == 0
+    assert done["status"]["progress"]["cut"] == 1
+
+
+def container_pid(node: ControlPlane, pod: dict) -> int:
+    """The host PID of a pod's (first) container's main process, from containerd's state."""
+    container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    tasks = node.directory / "node/containerd/state/io.containerd.runtime.v2.task/k8s.io"
+    return int((tasks / container / "init.pid").read_text())
+
+
+async def test_a_worker_pod_deleted_mid_run_is_replaced_and_its_requests_cut(node):
+    """A worker pod deleted while its requests wait at the endpoint: its Deployment replaces
+    it, its requests are cut (cancelled by the worker, or lost to the scheduler), and the run
+    ends on the rest."""
+    system, ns, name = "dagperf-delete", "delete", "delete"
+    endpoint = Endpoint()
+    endpoint.gate.clear()
+    async with node.admin() as api, endpoint.serving() as url:
+        for each in (system, ns):
+            await namespace(api, each)
+        install_operator(node, "delete", system, ns)
+        await established(api)
+        path = await launch(
+            api, ns, name, url, sessions(*(f"q{i}" for i in range(9))), load={"concurrency": 4}
+        )
+        await eventually(
+            lambda: asyncio.sleep(0, len(endpoint.held)), lambda n: n == 4, timeout=120
+        )
+        workers = [
+            p for p in await api.items(PODS.format(ns=ns)) if p["metadata"]["name"].startswith(
+                f"{name}-workers-")
+        ]  # fmt: skip
+        # One whose requests wait (the routing decides which does)
+        victim = next(p for p in workers if p["status"]["podIP"] in endpoint.held)
+        victim = victim["metadata"]["name"]
+        await api.delete(PODS.format(ns=ns) + f"/{victim}")
+        await eventually(
+            lambda: api.items(PODS.format(ns=ns)),
+            lambda pods: (
+                victim not in {p["metadata"]["name"] for p in pods}
+                and len([p for p in pods if p["metadata"]["name"].startswith(f"{name}-workers-")])
+                == 2
+            ),
+            timeout=120,
+        )
+        endpoint.gate.set()
+        done = await eventually(lambda: api.get(path), finished, timeout=300)
+        records = await results(api, ns, name)
+    # The deleted worker, told to stop (SIGTERM), cancels what it sends; what the scheduler
+    # still counted on it is lost once its heartbeats stop. Both are cut, not endpoint errors.
+    # Which of the two each request meets is a race on a busy node.
+    cut = [r for r in records if r["error"]]
+    assert cut, records
+    for r in cut:
+        assert r["error"]["type"] in ("WorkerLost", "RequestCancellationError"), r
+        assert victim in r["error"]["message"] or r["metadata"]["worker_id"].startswith(victim), r
+    assert done["status"]["progress"]["errors"] == 0
+    assert done["status"]["progress"]["cut"] == len(cut)
+    if len(cut) < len(records):
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+
+
+async def test_a_scheduler_killed_mid_run_fails_the_benchmark_with_its_exit_code(node):
+    """The scheduler's process SIGKILLed on the node while requests wait at the endpoint: the
+    Benchmark fails, its message names the exit code, and its workers are scaled to zero."""
+    system, ns, name = "dagperf-kill", "kill", "kill"
+    endpoint = Endpoint()
+    endpoint.gate.clear()
+    async with node.admin() as api, endpoint.serving() as url:
+        for each in (system, ns):
+            await namespace(api, each)
+        install_operator(node, "kill", system, ns)
+        await established(api)
+        path = await launch(
+            api, ns, name, url, sessions(*(f"q{i}" for i in range(6))), load={"concurrency": 3}
+        )
+        await eventually(
+            lambda: asyncio.sleep(0, len(endpoint.held)), lambda n: n == 3, timeout=120
+        )
+        (scheduler,) = [
+            p for p in await api.items(PODS.format(ns=ns)) if p["metadata"]["name"].startswith(
+                f"{name}-scheduler-")
+        ]  # fmt: skip
+        os.kill(container_pid(node, scheduler), signal.SIGKILL)  # as a crash would
+        failed = await eventually(lambda: api.get(path), finished, timeout=120)
+        assert failed["status"]["phase"] == "Failed", failed["status"]
+        assert "137" in failed["status"]["message"], failed["status"]
+        workers = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}-workers"
+        assert (await api.get(workers))["spec"]["replicas"] == 0
+
+
+def test_down_leaves_no_process_mount_network_rule_or_cgroup(node, baseline):
+    parts = ("kubelet", "containerd", "kube-proxy", "coredns", "kube-scheduler")
+    pids = {c: int((node.directory / f"{c}.pid").read_text()) for c in parts}
+    node.down()
+    assert not [c for c, pid in pids.items() if _alive(pid)]
+    directory = str(node.directory)
+    left = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if directory in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                left.append(proc.name)
+        except OSError:
+            continue
+    assert left == []
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    assert [m for m in mounts if directory in m] == []
+    assert _netns() == baseline["netns"]
+    assert BRIDGE not in _links()
+    assert set(_links()) <= set(baseline["links"])  # the pods' veths too
+    assert _iptables() == baseline["iptables"]
+    assert not list(Path("/sys/fs/cgroup").glob("*/kubepods"))
+    assert [d for d in HOST_DIRS if Path(d).exists()] == baseline["host dirs"]
