@@ -474,44 +474,52 @@ def container_pid(node: ControlPlane, pod: dict) -> int:
     return int((tasks / container / "init.pid").read_text())
 
 
+@contextlib.asynccontextmanager
+async def held_run(node, key: str, requests: int, concurrency: int):
+    """A Benchmark `key` in namespace `key` (its operator in `dagperf-<key>`) of `requests`
+    one-turn sessions, once its first `concurrency` requests wait at the endpoint: the API,
+    the endpoint (its gate closed) and the Benchmark's path."""
+    system = f"dagperf-{key}"
+    endpoint = Endpoint()
+    endpoint.gate.clear()
+    async with node.admin() as api, endpoint.serving() as url:
+        for each in (system, key):
+            await namespace(api, each)
+        install_operator(node, key, system, key)
+        await established(api)
+        questions = sessions(*(f"q{i}" for i in range(requests)))
+        path = await launch(api, key, key, url, questions, load={"concurrency": concurrency})
+        await eventually(
+            lambda: asyncio.sleep(0, len(endpoint.held)), lambda n: n == concurrency, timeout=120
+        )
+        yield api, endpoint, path
+
+
+async def pods_of(api, ns: str, prefix: str) -> list[dict]:
+    return [
+        p for p in await api.items(PODS.format(ns=ns)) if p["metadata"]["name"].startswith(prefix)
+    ]
+
+
 async def test_a_worker_pod_deleted_mid_run_is_replaced_and_its_requests_cut(node):
     """A worker pod deleted while its requests wait at the endpoint: its Deployment replaces
     it, its requests are cut (cancelled by the worker, or lost to the scheduler), and the run
     ends on the rest."""
-    system, ns, name = "dagperf-delete", "delete", "delete"
-    endpoint = Endpoint()
-    endpoint.gate.clear()
-    async with node.admin() as api, endpoint.serving() as url:
-        for each in (system, ns):
-            await namespace(api, each)
-        install_operator(node, "delete", system, ns)
-        await established(api)
-        path = await launch(
-            api, ns, name, url, sessions(*(f"q{i}" for i in range(9))), load={"concurrency": 4}
-        )
-        await eventually(
-            lambda: asyncio.sleep(0, len(endpoint.held)), lambda n: n == 4, timeout=120
-        )
-        workers = [
-            p for p in await api.items(PODS.format(ns=ns)) if p["metadata"]["name"].startswith(
-                f"{name}-workers-")
-        ]  # fmt: skip
+    name = "delete"
+    async with held_run(node, name, requests=9, concurrency=4) as (api, endpoint, path):
+        workers = await pods_of(api, name, f"{name}-workers-")
         # One whose requests wait (the routing decides which does)
         victim = next(p for p in workers if p["status"]["podIP"] in endpoint.held)
         victim = victim["metadata"]["name"]
-        await api.delete(PODS.format(ns=ns) + f"/{victim}")
+        await api.delete(PODS.format(ns=name) + f"/{victim}")
         await eventually(
-            lambda: api.items(PODS.format(ns=ns)),
-            lambda pods: (
-                victim not in {p["metadata"]["name"] for p in pods}
-                and len([p for p in pods if p["metadata"]["name"].startswith(f"{name}-workers-")])
-                == 2
-            ),
+            lambda: pods_of(api, name, f"{name}-workers-"),
+            lambda pods: victim not in {p["metadata"]["name"] for p in pods} and len(pods) == 2,
             timeout=120,
         )
         endpoint.gate.set()
         done = await eventually(lambda: api.get(path), finished, timeout=300)
-        records = await results(api, ns, name)
+        records = await results(api, name, name)
     # The deleted worker, told to stop (SIGTERM), cancels what it sends; what the scheduler
     # still counted on it is lost once its heartbeats stop. Both are cut, not endpoint errors.
     # Which of the two each request meets is a race on a busy node.
@@ -529,29 +537,14 @@ async def test_a_worker_pod_deleted_mid_run_is_replaced_and_its_requests_cut(nod
 async def test_a_scheduler_killed_mid_run_fails_the_benchmark_with_its_exit_code(node):
     """The scheduler's process SIGKILLed on the node while requests wait at the endpoint: the
     Benchmark fails, its message names the exit code, and its workers are scaled to zero."""
-    system, ns, name = "dagperf-kill", "kill", "kill"
-    endpoint = Endpoint()
-    endpoint.gate.clear()
-    async with node.admin() as api, endpoint.serving() as url:
-        for each in (system, ns):
-            await namespace(api, each)
-        install_operator(node, "kill", system, ns)
-        await established(api)
-        path = await launch(
-            api, ns, name, url, sessions(*(f"q{i}" for i in range(6))), load={"concurrency": 3}
-        )
-        await eventually(
-            lambda: asyncio.sleep(0, len(endpoint.held)), lambda n: n == 3, timeout=120
-        )
-        (scheduler,) = [
-            p for p in await api.items(PODS.format(ns=ns)) if p["metadata"]["name"].startswith(
-                f"{name}-scheduler-")
-        ]  # fmt: skip
+    name = "kill"
+    async with held_run(node, name, requests=6, concurrency=3) as (api, _, path):
+        (scheduler,) = await pods_of(api, name, f"{name}-scheduler-")
         os.kill(container_pid(node, scheduler), signal.SIGKILL)  # as a crash would
         failed = await eventually(lambda: api.get(path), finished, timeout=120)
         assert failed["status"]["phase"] == "Failed", failed["status"]
         assert "137" in failed["status"]["message"], failed["status"]
-        workers = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}-workers"
+        workers = f"/apis/apps/v1/namespaces/{name}/deployments/{name}-workers"
         assert (await api.get(workers))["spec"]["replicas"] == 0
 
 
