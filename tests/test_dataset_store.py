@@ -35,6 +35,15 @@ def sent(dataset, sid: str) -> list:
     return [p.messages for p in dataset.lines.conversation(sid, Interned()).payloads]
 
 
+def test_a_line_naming_its_context_mode_as_null_is_read_back_among_plain_ones(tmp_path):
+    """A null conversation field is still a field the plain records do not have: the file is
+    read back whole (before, its line was taken for a changed file when the run reached it)."""
+    lines = [conv(f"s{i}", turn()) for i in range(50)]
+    lines[7] = conv("s7", turn(), context_mode=None)
+    graph = compile_dag_jsonl(load_dag_jsonl(write(tmp_path / "d.jsonl", *lines)))
+    assert sum(len(tree.nodes) for tree in graph.trees) == 50
+
+
 def test_a_conversation_is_read_back_from_the_file_as_it_was_loaded(tmp_path):
     path = write(tmp_path / "d.jsonl", conv("a", turn(forks=["b"])), conv("b", turn(), turn()))
     dataset = load_dag_jsonl(path)

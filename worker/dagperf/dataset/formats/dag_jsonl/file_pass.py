@@ -159,6 +159,9 @@ class FilePass:
         self.line_numbers.frombytes(np.arange(first, first + count, dtype=np.int64).tobytes())
         self.turns.frombytes(sorted_.turn_counts.tobytes())
         self.models |= sorted_.models
+        # Decoded whole: a line names its conversation's own fields (if only as null), so the
+        # file is read back whole.
+        self.noted.own_fields |= isinstance(records[0], ConversationRecord)
         self.edges.add_forks([base + i for i in sorted_.forks], sorted_.fork_children)
         for i in sorted_.examined:
             record = records[i]
@@ -233,7 +236,9 @@ class FilePass:
         """A filed line's branches and own rules; `system` False when the line cannot hold a
         system message."""
         record = whole(plain)
-        self.noted.own_fields |= record.conversation_level
+        # Read back as it decoded: a line that names a conversation's own field, even as
+        # null, is no plain record.
+        self.noted.own_fields |= isinstance(plain, ConversationRecord)
         sid = record.session_id
         positions = system_positions(record) if system else None
         if record.context_mode is ContextMode.MESSAGE_ARRAY_WITH_RESPONSES:
