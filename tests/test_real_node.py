@@ -20,6 +20,7 @@ from aiohttp import web
 
 from dagperf_operator.manifests import Names
 
+import image_runtime
 from control_plane import CHART, ROOT, ControlPlane, established, namespace
 from runs import eventually, read_jsonl
 
@@ -308,14 +309,19 @@ async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(n
     prefixes = ("dagperf-operator-", "dagperf-simulator-", f"{name}-scheduler-", f"{name}-workers-")
     counts = {p: len([s for s in scheduled if s.startswith(p)]) for p in prefixes}
     assert counts == dict(zip(prefixes, (1, 1, 1, 2), strict=True)), scheduled
+    # Each a container of the image the chart and the examples name, the one podman built.
+    built = image_runtime.podman("image", "inspect", "--format={{.Id}}", IMAGE).stdout.strip()
     for found in pods:
         assert found["spec"]["nodeName"] == NODE
         for container in found["status"]["containerStatuses"]:
             assert container["containerID"].startswith("containerd://"), container
+            assert container["imageID"].removeprefix("sha256:") == built, container
 
     results = Path(volume["spec"]["local"]["path"]) / name
     records = read_jsonl(results / "profile_export.jsonl")
     assert len(records) == 200 and [r for r in records if r["error"]] == []
+    exported = json.loads((results / "profile_export_aiperf.json").read_text())
+    assert exported["request_count"]["avg"] == 200
     assert {p.stat().st_uid for p in results.iterdir()} == {10001}
 
 
