@@ -22,14 +22,8 @@ What a node would provide, stood in for locally:
   message path is that directory; `$(VAR)` expands as the kubelet expands it.
 Images are not pulled: `dagperf` and `dagperf-operator` run from the installed project.
 
-With `containers=True` each pod's containers run instead as podman containers of the image
-they name, which must be on this machine (tests/image/build.sh builds the project's): as the
-pod's user and groups, with its read-only root, capabilities, privilege escalation and memory
-limit (tests/image_runtime.py), its volumes mounted at their paths (their files given to the pod's
-fsGroup, as a kubelet does), the host's network (each pod still has its own loopback address),
-and the API server's Service in KUBERNETES_SERVICE_HOST/PORT, so a pod with a service account
-uses its in-cluster configuration. Service names are mapped as for processes (the resolver
-and the hosts file are mounted read-only; a short name resolves in the pod's namespace).
+The pods' containers as the kubelet runs them, from their images, are the real node's
+(tests/test_real_node.py); this node is the fast lane of the cluster tests.
 """
 
 from __future__ import annotations
@@ -47,20 +41,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
-import image_runtime
 from control_plane import ApiError, Client, ControlPlane
-from image_runtime import ContainerConfigError, ImageNotPresent, Mount
+from image_runtime import Mount
 
 BIN = Path(sys.executable).parent  # the image's entry points, installed in this environment
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps
 RESOLVER = Path(__file__).parent / "cluster" / "resolver"
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-IN_CONTAINER = "/run/dagperf-test"  # where a container sees the resolver and the hosts file
-READ_ONLY_VOLUMES = ("configMap", "secret", "projected", "downwardAPI")
 
 
 def _now() -> str:
@@ -86,8 +76,7 @@ class LocalPod:
     ip: str
     directory: Path
     task: asyncio.Task | None = None
-    process: asyncio.subprocess.Process | None = None  # in containers mode, `podman run`'s
-    container: str | None = None  # its name, in containers mode
+    process: asyncio.subprocess.Process | None = None
     restarts: int = 0
     probe_failures: int = 0  # restarts a failing probe caused
     stopping: bool = False
@@ -102,7 +91,6 @@ class Node:
         root: Path,
         name: str,
         namespaces: set[str],
-        containers: bool = False,
     ):
         self.plane = plane
         self.api = client
@@ -112,18 +100,14 @@ class Node:
         self.pods: dict[str, LocalPod] = {}  # by uid
         self.started: list[str] = []  # the name of every pod ever started here
         self.errors: list[str] = []  # API calls that failed, shown with the pods' output
-        # Service names -> pod addresses, for outside processes (in a directory of its own, which
-        # containers mount: the file is replaced whole at each change)
+        # Service names -> pod addresses, for outside processes (the file is replaced whole at
+        # each change)
         self.hosts = root / "dns" / "hosts.json"
-        self.containers = containers
-        self.images: dict[str, str] = {}  # pod name -> the image ID its container ran
         # Pod addresses of this test session's own (127.0.0.0/8 is all loopback), so a suite
         # running beside this one does not hand out the same ones.
         network = 10 + os.getpid() % 240
         self._addresses = (f"127.{network}.{n // 250}.{n % 250 + 1}" for n in itertools.count())
         self._loop: asyncio.Task | None = None
-        self._api_service: asyncio.Server | None = None  # containers mode: see _serve_api
-        self._fixed_hosts: dict[str, str] = {}
 
     def claim(self, name: str) -> Path:
         """The directory standing in for a PersistentVolumeClaim."""
@@ -145,8 +129,6 @@ class Node:
     async def __aenter__(self) -> Node:
         self.hosts.parent.mkdir(parents=True, exist_ok=True)
         self.hosts.write_text("{}")
-        if self.containers:
-            await self._serve_api()
         await self._register()
         self._loop = asyncio.create_task(self._run())
         return self
@@ -155,13 +137,6 @@ class Node:
         assert self._loop is not None
         await cancelled(self._loop)
         await asyncio.gather(*(self._stop(pod) for pod in list(self.pods.values())))
-        if self._api_service is not None:
-            self._api_service.close()
-        if self.containers:  # any a failure left behind
-            mine = f"--filter=label=dagperf-test-node={self.name}"
-            left = image_runtime.podman("ps", "--all", "--quiet", mine).stdout.split()
-            if left:
-                image_runtime.podman("rm", "--force", "--time=0", *left)
         for pod in await self.api.items(f"/api/v1/pods?fieldSelector=spec.nodeName={self.name}"):
             meta = pod["metadata"]  # the node is going away, and its pods with it
             await self.api.delete(
@@ -238,33 +213,8 @@ class Node:
             },
         )  # fmt: skip  (a conflict means it is bound already; the next sync sees it)
 
-    async def _serve_api(self) -> None:
-        """The `kubernetes` Service as kube-proxy serves it, for in-cluster clients that use its
-        name (kopf's service-account login: https://kubernetes.default.svc): its port 443 on an
-        address of its own, relayed to the API server (whose certificate names the Service)."""
-        api = urlsplit(self.plane.url)
-
-        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            upstream_reader, upstream_writer = await asyncio.open_connection(api.hostname, api.port)
-
-            async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-                with contextlib.suppress(ConnectionError):
-                    while data := await source.read(65536):
-                        sink.write(data)
-                        await sink.drain()
-                sink.close()
-
-            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
-
-        address = next(self._addresses)
-        self._api_service = await asyncio.start_server(relay, address, 443)
-        self._fixed_hosts = {
-            "kubernetes.default.svc": address,
-            "kubernetes.default.svc.cluster.local": address,
-        }
-
     async def _publish(self, pods: list[dict[str, Any]]) -> None:
-        hosts: dict[str, str] = dict(self._fixed_hosts)
+        hosts: dict[str, str] = {}
         for service in await self.api.items("/api/v1/services"):
             meta = service["metadata"]
             if (ip := self._backing(service, pods)) is not None:
@@ -311,13 +261,8 @@ class Node:
             try:
                 launch = await self._prepare(local, pod, container)
                 break
-            except (LookupError, ContainerConfigError) as e:  # a missing ConfigMap or Secret:
-                reason = (  # the pod waits for it
-                    "ErrImageNeverPull"
-                    if isinstance(e, ImageNotPresent)
-                    else "CreateContainerConfigError"
-                )
-                waiting = {"reason": reason, "message": str(e)}
+            except LookupError as e:  # a missing ConfigMap or Secret: the pod waits for it
+                waiting = {"reason": "CreateContainerConfigError", "message": str(e)}
                 await self._report(local, container, "Pending", {"waiting": waiting})
                 await asyncio.sleep(1)
         if spec.get("initContainers") and not await self._initialize(local, pod, container):
@@ -438,11 +383,7 @@ class Node:
         """SIGTERM to the container's process group, then SIGKILL after the grace period."""
         local.stopping = True
         process = local.process
-        if process is not None and process.returncode is None and local.container is not None:
-            # SIGTERM, then SIGKILL after the pod's grace period (its --stop-timeout)
-            await asyncio.to_thread(image_runtime.podman, "stop", local.container)
-            await process.wait()
-        elif process is not None and process.returncode is None:
+        if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
             try:
@@ -463,9 +404,6 @@ class Node:
         self._kill(local)
 
     def _kill(self, local: LocalPod) -> None:
-        if local.container is not None:
-            image_runtime.podman("kill", "--signal=KILL", local.container)
-            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(local.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
 
@@ -524,22 +462,15 @@ class Node:
         }
         termination = local.directory / "termination-log"
         mounts[container.get("terminationMessagePath", "/dev/termination-log")] = Mount(termination)
-        if self.containers:
-            self._own(spec, volumes)
-            env = self._container_env(local)
-            mounts[f"{IN_CONTAINER}/resolver"] = Mount(RESOLVER, read_only=True)
-            mounts[f"{IN_CONTAINER}/dns"] = Mount(self.hosts.parent, read_only=True)
-        else:
-            env = self._process_env(local, mounts)
-        mapped = {} if self.containers else mounts  # a container sees the paths themselves
+        env = self._process_env(local, mounts)
         for variable in container.get("env") or []:
             value = await self._value(variable, local)
-            env[variable["name"]] = await self._local(expand(value, env), mapped, local)
+            env[variable["name"]] = await self._local(expand(value, env), mounts, local)
         command = [
-            await self._local(expand(a, env), mapped, local)
+            await self._local(expand(a, env), mounts, local)
             for a in (container.get("command") or []) + (container.get("args") or [])
         ]
-        if not self.containers and (BIN / command[0]).exists():
+        if (BIN / command[0]).exists():
             command[0] = str(BIN / command[0])
         return Launch(command, env, termination, mounts)
 
@@ -557,69 +488,14 @@ class Node:
             )
         return env
 
-    def _container_env(self, local: LocalPod) -> dict[str, str]:
-        return {
-            # What a kubelet gives every container: the `kubernetes` Service, here the API
-            # server's own loopback address (its certificate names 127.0.0.1).
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": str(urlsplit(self.plane.url).port),
-            "PYTHONPATH": f"{IN_CONTAINER}/resolver",
-            "DAGPERF_TEST_HOSTS": f"{IN_CONTAINER}/dns/{self.hosts.name}",
-            "DAGPERF_TEST_NAMESPACE": local.namespace,
-        }
-
-    @staticmethod
-    def _own(spec: dict[str, Any], volumes: dict[str, Path]) -> None:
-        """Volumes as a kubelet leaves them for the pod's user: an emptyDir writable by all,
-        and every volume given to the pod's fsGroup."""
-        group = (spec.get("securityContext") or {}).get("fsGroup")
-        for volume in spec.get("volumes") or []:
-            path = volumes[volume["name"]]
-            if "emptyDir" in volume:
-                path.chmod(0o777)
-            if group is not None:
-                read_only = any(kind in volume for kind in READ_ONLY_VOLUMES)
-                image_runtime.give_to_group(path, group, read_only)
-
     async def _spawn(
         self, local: LocalPod, pod: dict[str, Any], container: dict[str, Any], launch: Launch, log
     ) -> asyncio.subprocess.Process:
-        """Start a container: its command as a local process, or `podman run` of its image."""
-        if not self.containers:
-            return await asyncio.create_subprocess_exec(
-                *launch.command, env=launch.env, cwd=local.directory, stdout=log,
-                stderr=asyncio.subprocess.STDOUT, preexec_fn=os.setpgrp,
-            )  # fmt: skip
-        launch.termination.touch()
-        launch.termination.chmod(0o666)  # the kubelet's: any user may write its message
-        labels = {
-            "dagperf-test-node": self.name,
-            "io.kubernetes.pod.name": local.name,
-            "io.kubernetes.pod.namespace": local.namespace,
-        }
-        options, image_id = await asyncio.to_thread(
-            image_runtime.run_arguments,
-            pod,
-            container,
-            launch.command,
-            launch.mounts,
-            launch.env,
-            labels,
-        )
-        attempt = len(local.exits)
-        local.container = f"k8s_{container['name']}_{local.name}_{local.namespace}_{attempt}"
-        self.images[local.name] = image_id
+        """Start a container: its command as a local process."""
         return await asyncio.create_subprocess_exec(
-            "podman",
-            "run",
-            f"--name={local.container}",
-            *options,
-            env=os.environ | image_runtime.ENV | launch.env,
-            cwd=local.directory,
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=os.setpgrp,
-        )
+            *launch.command, env=launch.env, cwd=local.directory, stdout=log,
+            stderr=asyncio.subprocess.STDOUT, preexec_fn=os.setpgrp,
+        )  # fmt: skip
 
     async def _volume(self, volume: dict[str, Any], local: LocalPod, pod: dict[str, Any]) -> Path:
         path = local.directory / "volumes" / volume["name"]
@@ -665,9 +541,9 @@ class Node:
         data = found.get("data") or {}
         items = source.get("items") or [{"key": key, "path": key} for key in data]
         for item in items:  # only the items named, as a kubelet projects them
-            mode = source.get("defaultMode", 0o644)
-            if not self.containers:
-                mode &= 0o700  # the owner is the pod's user, this node's
+            mode = (
+                source.get("defaultMode", 0o644) & 0o700
+            )  # the owner is the pod's user, this node's
             _write(path / item["path"], base64.b64decode(data[item["key"]]), mode)
 
     async def _token(self, pod: dict[str, Any], source: dict[str, Any]) -> str:
