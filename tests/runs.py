@@ -189,13 +189,13 @@ async def spawn_worker(
 
 
 @contextlib.asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    """Serve an aiohttp app on a free loopback port; yields its base URL."""
+async def serving(app: web.Application, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve an aiohttp app on a free port of `host` (loopback); yields its base URL."""
     runner = web.AppRunner(app)
     await runner.setup()
     try:
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        await web.TCPSite(runner, host, 0).start()
+        yield f"http://{host}:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
 

@@ -22,7 +22,7 @@ from dagperf_operator.manifests import Names
 
 import image_runtime
 from control_plane import CHART, ROOT, ControlPlane, established, namespace
-from runs import eventually, read_jsonl
+from runs import eventually, read_jsonl, serving
 
 pytestmark = [
     pytest.mark.cluster,
@@ -377,14 +377,11 @@ class Endpoint:
     async def serving(self) -> AsyncIterator[str]:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, "10.244.0.1", 0).start()
-            yield f"http://10.244.0.1:{runner.addresses[0][1]}"
-        finally:
-            self.gate.set()
-            await runner.cleanup()
+        async with serving(app, "10.244.0.1") as url:  # the node's address, which pods reach
+            try:
+                yield url
+            finally:
+                self.gate.set()  # before the server's clean-up waits for what it holds
 
 
 def sessions(*contents: str) -> list[dict]:
