@@ -13,6 +13,7 @@ import pytest
 from dagperf.runtime.logs import CurrentStderr
 
 import image_runtime
+import real_node
 from control_plane import ControlPlane
 from engine_stack import Engines
 
@@ -20,14 +21,38 @@ IMAGE = image_runtime.image_name()
 
 
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory):
-    """etcd, kube-apiserver and kube-controller-manager on loopback (tests/cluster/up.sh), with
-    the Benchmark CRD not yet installed; stopped by down.sh at the end of the session."""
-    plane = ControlPlane.up(tmp_path_factory.mktemp("control-plane"))
+def machine(request: pytest.FixtureRequest):
+    """The machine as it was before the session's real node (real_node.Machine), which runs
+    when the session is root's, with the project's image in it; None when it is not. Held for
+    the session: one real node runs on a machine at a time."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    request.getfixturevalue("image")  # the node imports it
+    with real_node.machine() as before:
+        yield before
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory, machine):
+    """etcd, kube-apiserver and kube-controller-manager (tests/cluster/up.sh), with the
+    Benchmark CRD not yet installed, and, for root, a real node beside them (tests/cluster/
+    node.sh: kube-scheduler, a kubelet on containerd, kube-proxy, CoreDNS, local volumes);
+    stopped by down.sh at the end of the session."""
+    node = "real" if machine is not None else ""
+    plane = ControlPlane.up(tmp_path_factory.mktemp("control-plane"), node=node)
     try:
         yield plane
     finally:
         plane.down()
+
+
+@pytest.fixture
+def node(control_plane: ControlPlane, machine) -> ControlPlane:
+    """The control plane with its real node, for a test whose pods must run."""
+    if machine is None:
+        pytest.skip("the cluster's node runs as root only (its network, mounts and cgroups)")
+    return control_plane
 
 
 @pytest.fixture(scope="session")
@@ -75,11 +100,18 @@ def _group(item: pytest.Item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups off the markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The grouped tests first, the longest group first, so that under xdist the other worker
-    runs the single tests beside them instead of waiting for them at the end."""
+    runs the single tests beside them instead of waiting for them at the end; within its group,
+    a test that ends what the group shares (marked `last`) after the rest."""
     for item in items:
         if (group := _group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: GROUPS.index(g) if (g := _group(item)) else len(GROUPS))
+
+    def key(item: pytest.Item) -> tuple[int, bool]:
+        group = _group(item)
+        rank = GROUPS.index(group) if group else len(GROUPS)
+        return rank, item.get_closest_marker("last") is not None
+
+    items.sort(key=key)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +41,3 @@ def build(output: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(BUILD_SH), str(output)], capture_output=True, text=True, timeout=3600
     )
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A pod's volume as the suite's node (tests/node.py) stands it in: a host path."""
-
-    host: Path
-    read_only: bool = False

@@ -31,9 +31,25 @@ from pathlib import Path
 from typing import Any
 
 from emulator import Api
-from node import TERMINATION_LIMIT, cancelled, expand
 
 DAGPERF = str(Path(sys.executable).with_name("dagperf"))  # the image's entry point, installed
+TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """`$(NAME)` replaced by an earlier variable, as Kubernetes expands commands and env."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), value)
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel a task until it is done, and raise what it failed with: on Python 3.11,
+    asyncio.wait_for (stopping a pod's process) swallows a cancellation that lands as the
+    process exits, and the task would run on."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=1)
+    if not task.cancelled() and (error := task.exception()) is not None:
+        raise error
 
 
 @dataclass

@@ -218,7 +218,7 @@ class Gate:
             await self._open.wait()
         return await handler(request)
 
-    async def holding(self, count: int, timeout: float = 30) -> None:
+    async def holding(self, count: int, timeout: float = 60) -> None:
         """Wait until `count` requests have arrived (held or, once open, let through)."""
         async with asyncio.timeout(timeout), self._arrived:
             await self._arrived.wait_for(lambda: self.held >= count)
@@ -228,13 +228,15 @@ class Gate:
 
 
 @contextlib.asynccontextmanager
-async def gated_simulator(config: SimConfig) -> AsyncIterator[tuple[RunningSimulator, Gate]]:
-    """A simulator behind a closed `Gate`."""
+async def gated_simulator(
+    config: SimConfig, host: str = "127.0.0.1"
+) -> AsyncIterator[tuple[RunningSimulator, Gate]]:
+    """A simulator on `host` behind a closed `Gate`."""
     gate = Gate()
     simulator = Simulator(config)
     app = simulator.app()
     app.middlewares.append(gate.middleware)
-    async with serving(app) as url:
+    async with serving(app, host) as url:
         yield RunningSimulator(simulator, url), gate
 
 
@@ -267,9 +269,18 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """Running: not gone, nor a zombie that this session (their subreaper) has yet to reap."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
 def connected_to(pid: int, port: int) -> int:
-    """How many TCP connections process `pid` holds to loopback `port` (from /proc: the
-    process's socket inodes against the kernel's table of IPv4 TCP sockets)."""
+    """How many TCP connections process `pid` holds to `port` (from /proc: the process's socket
+    inodes against its network namespace's table of IPv4 TCP sockets)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:

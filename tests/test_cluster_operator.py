@@ -1,8 +1,9 @@
-"""The operator in a real control plane, installed by `helm install` and running as the chart's
-pod with its service account's token: RBAC, admission, the Job and ReplicaSet controllers and the
-garbage collector are the real ones. The suite's node (tests/node.py) runs every pod as local
-processes; the endpoint is the simulator in this test's loop, behind a Gate where a test needs
-the run held in flight."""
+"""The operator in a real cluster, installed by `helm install` and running as the chart's pod with
+its service account's token: RBAC, admission, the Job and ReplicaSet controllers and the garbage
+collector are the real ones, and every pod is placed by kube-scheduler and run by the kubelet on
+containerd (the real node, tests/cluster/node.sh), its results on a volume the local-path
+provisioner made for its claim. The endpoint is the simulator in this test's loop on the node's
+address, behind a Gate where a test needs the run held in flight."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import base64
 import hashlib
 import itertools
 import json
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -18,9 +20,9 @@ from aiohttp import web
 
 from dagperf.simulator import SimConfig
 
-from control_plane import CHART, ROOT, Client, established, namespace
-from node import Node
-from runs import connected_to, eventually, free_port, gated_simulator, read_jsonl, serving
+from control_plane import ROOT, Client, ControlPlane, established, namespace
+from real_node import NODE_IP, claim_directory, container_pid, install_operator, kill
+from runs import alive, connected_to, eventually, gated_simulator, read_jsonl, serving
 
 pytestmark = pytest.mark.cluster
 
@@ -32,11 +34,9 @@ CLI_REFUSAL = "--fixed-schedule needs a start time for every session (trace time
 
 
 class Cluster:
-    def __init__(
-        self, plane, api: Client, node: Node, ns: str, system: str, release: str, sim, gate
-    ):
-        self.plane, self.api, self.node, self.ns, self.system = plane, api, node, ns, system
-        self.release, self.sim, self.gate = release, sim, gate
+    def __init__(self, plane: ControlPlane, api: Client, ns: str, system: str, sim, gate):
+        self.plane, self.api, self.ns, self.system = plane, api, ns, system
+        self.sim, self.gate = sim, gate
 
     def path(self, name: str = "") -> str:
         base = f"/apis/dagperf.io/v1alpha1/namespaces/{self.ns}/benchmarks"
@@ -57,7 +57,7 @@ class Cluster:
     async def start(self, name: str = "demo", **spec) -> dict:
         return await self.api.create(self.path(), self.benchmark(name, **spec))
 
-    async def until(self, name: str, predicate, timeout: float = 90) -> dict:
+    async def until(self, name: str, predicate, timeout: float = 180) -> dict:
         return await eventually(
             lambda: self.api.get(self.path(name)), lambda b: b is not None and predicate(b), timeout
         )
@@ -68,6 +68,19 @@ class Cluster:
 
     async def operator_pods(self) -> list[dict]:
         return await self.api.items(f"/api/v1/namespaces/{self.system}/pods")
+
+    async def claim(self, name: str) -> Path:
+        return await claim_directory(self.api, self.ns, name)
+
+    async def logs(self) -> str:
+        """Every container's log in the test's namespaces, to show with a failure."""
+        shown = []
+        for ns in (self.system, self.ns):
+            for pod in await self.api.items(f"/api/v1/namespaces/{ns}/pods"):
+                name = pod["metadata"]["name"]
+                got = self.plane.kubectl("logs", "-n", ns, name, "--all-containers", "--tail=40")
+                shown.append(f"--- {ns}/{name}\n{got.stdout}{got.stderr}")
+        return "\n".join(shown)
 
     async def owned(self, name: str) -> dict[str, list[str]]:
         """Every object in the namespace that names the Benchmark as its owner, by kind."""
@@ -88,14 +101,14 @@ class Cluster:
 
 
 @pytest.fixture
-async def cluster(control_plane, tmp_path, request):
+async def cluster(node, request):
     """The chart installed in a namespace of its own, a namespace for Benchmarks with the
-    dataset, the API key and a results claim, and a node running every pod of both. The
-    operator watches every namespace, or (param "listed") only the Benchmarks' own."""
+    dataset, the API key and a results claim (of the default storage class). The operator
+    watches every namespace, or (param "listed") only the Benchmarks' own."""
     n = next(_tests)
     watch = getattr(request, "param", "every")
     system, ns, release = f"dagperf-system-{n}", f"bench-{n}", f"op{n}"
-    async with control_plane.admin() as api:
+    async with node.admin() as api:
         for name in (system, ns):
             await namespace(api, name)
         await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
@@ -108,26 +121,21 @@ async def cluster(control_plane, tmp_path, request):
         })  # fmt: skip
         await api.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
             "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "results"},
-            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+            "spec": {"accessModes": ["ReadWriteOnce"],
                      "resources": {"requests": {"storage": "1Gi"}}},
         })  # fmt: skip
-        node = Node(control_plane, api, tmp_path / "node", f"node-{n}", {system, ns})
-        async with node, gated_simulator(SIM) as (sim, gate):
+        async with gated_simulator(SIM, NODE_IP) as (sim, gate):
+            listed = ns if watch == "listed" else None
             await asyncio.to_thread(
-                control_plane.helm, "install", release, str(CHART), "--namespace", system,
-                "--set-json", "operator.pollIntervalSeconds=0.5",
-                "--set", "operator.logFormat=plain",
-                "--set", "benchmarkDefaults.metricsLingerSeconds=0",
-                *(["--set", f"watchNamespaces={{{ns}}}"] if watch == "listed" else []),
-            )  # fmt: skip
+                install_operator, node, release, system, listed, "operator.logFormat=plain"
+            )
             await established(api)
+            cluster = Cluster(node, api, ns, system, sim, gate)
             try:
-                yield Cluster(control_plane, api, node, ns, system, release, sim, gate)
+                yield cluster
             finally:
-                print(node.output())  # shown when the test failed
-                await asyncio.to_thread(
-                    control_plane.helm, "uninstall", release, "--namespace", system
-                )
+                print(await cluster.logs())  # shown when the test failed
+                await asyncio.to_thread(node.helm, "uninstall", release, "--namespace", system)
 
 
 def failed_job(job: dict) -> bool:
@@ -162,7 +170,7 @@ async def test_a_benchmark_runs_to_success_with_exports_on_the_volume(cluster):
     assert status["branchStats"]["children_completed"] == 6
     assert condition(done, "Completed")["status"] == "True"
 
-    results = cluster.node.claim("results") / "demo"
+    results = await cluster.claim("results") / "demo"
     records = read_jsonl(results / "profile_export.jsonl")
     assert len(records) == 9 and not any(r["error"] for r in records)
     exported = json.loads((results / "profile_export_aiperf.json").read_text())
@@ -191,11 +199,13 @@ async def test_the_endpoint_options_a_benchmark_says_reach_the_requests_its_work
     with the routing key in the header the Benchmark names (and not in the default ones), and
     holds the first one unanswered, which fails by the Benchmark's timeout."""
     seen: list[tuple[str, dict[str, str]]] = []
+    ended = asyncio.Event()
 
     async def relay(request: web.Request) -> web.StreamResponse:
         seen.append((request.path, dict(request.headers)))
-        if len(seen) == 1:
-            await asyncio.Event().wait()  # never answered: the worker's timeout ends it
+        if len(seen) == 1:  # not answered in the run: the worker's timeout ends it
+            await ended.wait()  # (the server's shutdown would wait for it)
+            return web.Response(status=503)
         async with aiohttp.ClientSession() as session, session.post(
             cluster.sim.url + "/v1/chat/completions",
             data=await request.read(),
@@ -208,7 +218,7 @@ async def test_the_endpoint_options_a_benchmark_says_reach_the_requests_its_work
     app = web.Application()
     app.router.add_post("/custom/chat", relay)
     cluster.gate.open()
-    async with serving(app) as url:
+    async with serving(app, NODE_IP) as url:
         endpoint = {
             "url": url, "model": "sim", "apiKeySecretRef": {"name": "endpoint"}, "streaming": False,
             "path": "/custom/chat", "sessionAffinityHeaders": ["X-Route-Key"],
@@ -216,10 +226,11 @@ async def test_the_endpoint_options_a_benchmark_says_reach_the_requests_its_work
         }  # fmt: skip
         await cluster.start(endpoint=endpoint, verdict={"maxErrorRate": 1.0})
         done = await cluster.until("demo", phase("Succeeded"))
+        ended.set()
     assert {path for path, _ in seen} == {"/custom/chat"} and len(seen) >= 3
     for _, headers in seen:
         assert headers.get("X-Route-Key") and "X-Session-ID" not in headers
-    results = cluster.node.claim("results") / "demo"
+    results = await cluster.claim("results") / "demo"
     records = read_jsonl(results / "profile_export.jsonl")
     timed_out = [r for r in records if (r["error"] or {}).get("type") == "TimeoutError"]
     assert len(timed_out) == 1 and "within 2.0 s" in timed_out[0]["error"]["message"]
@@ -287,21 +298,14 @@ async def test_a_url_dataset_is_fetched_by_an_admitted_init_container(cluster):
 
     app = web.Application()
     app.router.add_get("/{name}", serve)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    base = f"http://127.0.0.1:{port}"
     digest = hashlib.sha256(checked).hexdigest()
-    try:
+    async with serving(app, NODE_IP) as base:  # which the operator's and the pods' fetches reach
         ref = {"url": f"{base}/three.dag.jsonl?sig=s3cr3t", "sha256": digest, "sizeLimit": "1Gi"}
         await cluster.start("fromurl", dataset={"url": ref})
         done = await cluster.until("fromurl", phase("Succeeded"))
         ref = {"url": f"{base}/changing.dag.jsonl", "sha256": digest}
         await cluster.start("changed", dataset={"url": ref})
         changed = await cluster.until("changed", phase("Failed"))
-    finally:
-        await runner.cleanup()
     assert done["status"]["progress"]["display"] == "9/9"
     (scheduler,) = await cluster.pods("fromurl-scheduler-")
     (init,) = scheduler["spec"]["initContainers"]
@@ -330,14 +334,15 @@ async def test_deleting_a_benchmark_collects_its_children_and_stops_its_pods(clu
     assert {k: len(v) for k, v in owned.items()} == {
         "Job": 1, "Deployment": 1, "Service": 1, "Secret": 1, "NetworkPolicy": 1,
     }  # fmt: skip
-    running = [p["metadata"]["name"] for p in await cluster.pods("demo-")]
+    running = await cluster.pods("demo-")
     assert len(running) == 3  # the scheduler and two workers
+    processes = [container_pid(cluster.plane, p) for p in running]
 
     await cluster.api.delete(cluster.path("demo"))  # as `kubectl delete` does: in the background
     await cluster.api.gone(cluster.path("demo"))
     await eventually(lambda: cluster.owned("demo"), lambda left: left == {}, timeout=60)
     await eventually(lambda: cluster.pods("demo-"), lambda left: left == [], timeout=60)
-    assert not [p for p in cluster.node.pods.values() if p.name in running]
+    assert not [pid for pid in processes if alive(pid)]  # the kubelet stopped their containers
     cluster.gate.open()
 
 
@@ -363,7 +368,9 @@ async def test_an_operator_restarted_mid_run_adopts_it_without_duplicating_child
     assert {k: len(v) for k, v in owned.items() if k != "Secret"} == {
         "Job": 1, "Deployment": 1, "Service": 1, "NetworkPolicy": 1,
     }  # fmt: skip
-    assert len([n for n in cluster.node.started if n.startswith("demo-scheduler-")]) == 1
+    events = await cluster.api.items(f"/api/v1/namespaces/{cluster.ns}/events")
+    scheduled = [e["involvedObject"]["name"] for e in events if e["reason"] == "Scheduled"]
+    assert len([n for n in scheduled if n.startswith("demo-scheduler-")]) == 1, scheduled
 
 
 async def test_a_worker_killed_mid_run_is_restarted_and_its_requests_are_lost(cluster):
@@ -373,11 +380,10 @@ async def test_a_worker_killed_mid_run_is_restarted_and_its_requests_are_lost(cl
     # The one to kill holds requests in flight (the routing decides which does): its
     # connections to the simulator say so.
     port = int(cluster.sim.url.rsplit(":", 1)[1])
-    workers = [p["metadata"]["name"] for p in await cluster.pods("demo-workers-")]
-    victim = next(
-        w for w in workers if connected_to(cluster.node.pod(cluster.ns, w).process.pid, port)
-    )
-    cluster.node.kill(cluster.ns, victim)  # SIGKILL, as a crash or the OOM killer would
+    workers = await cluster.pods("demo-workers-")
+    held = next(w for w in workers if connected_to(container_pid(cluster.plane, w), port))
+    kill(cluster.plane, held)
+    victim = held["metadata"]["name"]
     restarted = await eventually(
         lambda: cluster.api.get(f"/api/v1/namespaces/{cluster.ns}/pods/{victim}"),
         lambda p: (
@@ -390,7 +396,7 @@ async def test_a_worker_killed_mid_run_is_restarted_and_its_requests_are_lost(cl
     cluster.gate.open()
     done = await cluster.until("demo", lambda b: phase("Succeeded")(b) or phase("Failed")(b))
 
-    records = read_jsonl(cluster.node.claim("results") / "demo" / "profile_export.jsonl")
+    records = read_jsonl(await cluster.claim("results") / "demo" / "profile_export.jsonl")
     lost = [r for r in records if (r["error"] or {}).get("type") == "WorkerLost"]
     assert lost and all(victim in r["error"]["message"] for r in lost)
     # lost by the run, not failed by the endpoint: cut, apart from its errors
@@ -410,7 +416,7 @@ async def test_a_scheduler_pod_that_dies_fails_the_benchmark(cluster):
     await cluster.until("demo", phase("Running"))
     await cluster.gate.holding(3)
     (scheduler,) = await cluster.pods("demo-scheduler-")
-    cluster.node.kill(cluster.ns, scheduler["metadata"]["name"])
+    kill(cluster.plane, scheduler)
     failed = await cluster.until("demo", phase("Failed"))
     assert "137" in failed["status"]["message"], failed["status"]
     assert condition(failed, "Completed")["status"] == "False"
@@ -435,7 +441,7 @@ async def test_two_benchmarks_run_at_once_each_to_its_own_results(cluster):
         done = await cluster.until(name, phase("Succeeded"))
         assert done["status"]["progress"]["requestsCompleted"] == 9
         claim = {"alpha": "results", "beta": "beta-results"}[name]
-        records = read_jsonl(cluster.node.claim(claim) / name / "profile_export.jsonl")
+        records = read_jsonl(await cluster.claim(claim) / name / "profile_export.jsonl")
         assert len(records) == 9 and not any(r["error"] for r in records)
         assert all(r["metadata"]["worker_id"].startswith(f"{name}-workers-") for r in records)
     assert (await cluster.owned("beta"))["PersistentVolumeClaim"] == ["beta-results"]
@@ -488,4 +494,4 @@ async def test_a_finished_benchmark_goes_after_its_ttl_and_takes_its_children(cl
     await eventually(lambda: cluster.owned("demo"), lambda left: left == {}, timeout=60)
     await eventually(lambda: cluster.pods("demo-"), lambda left: left == [], timeout=60)
     # What it measured stays on the volume: the claim is the user's, not the Benchmark's.
-    assert (cluster.node.claim("results") / "demo" / "profile_export_aiperf.json").exists()
+    assert (await cluster.claim("results") / "demo" / "profile_export_aiperf.json").exists()

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from control_plane import CHART, ROOT, Client, ControlPlane, established, namespace
-from runs import eventually
+from runs import alive, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -288,19 +287,11 @@ def test_up_prints_a_working_kubeconfig_and_down_leaves_no_process_behind(tmp_pa
     assert versions["serverVersion"]["gitVersion"] == versions["clientVersion"]["gitVersion"]
     assert versions["serverVersion"]["gitVersion"].startswith("v1.")
     pids = {c: int((plane.directory / f"{c}.pid").read_text()) for c in COMPONENTS}
-    assert all(_alive(pid) for pid in pids.values()), pids
+    assert all(alive(pid) for pid in pids.values()), pids
 
     plane.down()
-    assert not [c for c, pid in pids.items() if _alive(pid)]
+    assert not [c for c, pid in pids.items() if alive(pid)]
     assert not list(plane.directory.glob("*.pid"))
     port = int(plane.url.rsplit(":", 1)[1])
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"  # a zombie has exited; only its parent's wait is missing

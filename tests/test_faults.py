@@ -12,7 +12,6 @@ import resource
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -22,6 +21,7 @@ from dagperf.simulator import SimConfig, running_simulator
 from dagfile import conv, encode
 from runs import (
     RECORDING,
+    alive,
     children,
     dagperf_processes,
     finish,
@@ -35,15 +35,6 @@ from runs import (
 )
 
 SLOW = SimConfig(ttft_ms=20, itl_ms=5, output_tokens=20)
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent to read its status counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def until(condition, seconds: float = 30) -> None:

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
-import os
-import signal
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,70 +17,22 @@ from aiohttp import web
 from dagperf_operator.manifests import Names
 
 import image_runtime
-from control_plane import CHART, ROOT, ControlPlane, established, namespace
-from runs import eventually, read_jsonl, serving
+from control_plane import ROOT, established, namespace
+from real_node import (
+    BRIDGE,
+    IMAGE,
+    NODE,
+    NODE_IP,
+    Machine,
+    claim_directory,
+    install_operator,
+    kill,
+)
+from runs import alive, eventually, read_jsonl, serving
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.skipif(os.geteuid() != 0, reason="a real node needs root (network, mounts)"),
-]
+pytestmark = pytest.mark.cluster
 
-IMAGE = "localhost/dagperf:0.1.0"
-NODE = "dagperf-node"
-BRIDGE = "dagperf0"
 PODS = "/api/v1/namespaces/{ns}/pods"
-HOST_DIRS = ("/run/containerd", "/var/lib/cni", "/var/lib/kubelet")  # node.sh's, outside its own
-
-
-def _iptables() -> str:
-    saved = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
-    return "\n".join(line for line in saved.splitlines() if not line.startswith("#"))
-
-
-@pytest.fixture(scope="module")
-def baseline() -> Iterator[dict]:
-    """What the machine looked like before the node: iptables rules, network namespaces,
-    interfaces and directories. One real node runs on a machine at a time (its bridge and
-    addresses are fixed): this waits for the machine's lock, which xdist workers that both got
-    some of these tests need, and holds it until the node is down."""
-    with open("/tmp/dagperf-real-node.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield {
-            "iptables": _iptables(),
-            "netns": _netns(),
-            "links": _links(),
-            "host dirs": [d for d in HOST_DIRS if Path(d).exists()],
-        }
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory, baseline, image):
-    """The control plane with a real node, up for this module's tests; the last test takes it
-    down itself, so its teardown only makes sure."""
-    plane = ControlPlane.up(tmp_path_factory.mktemp("real-node"), node="real")
-    try:
-        yield plane
-    finally:
-        plane.down()
-
-
-def _alive(pid: int) -> bool:
-    """Running: not gone, nor a zombie that this session (their subreaper) has yet to reap."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
-def _links() -> list[str]:
-    done = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True)
-    return sorted(line.split()[0] for line in done.stdout.splitlines())
-
-
-def _netns() -> list[str]:
-    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    return done.stdout.split()
 
 
 def restricted(container: dict) -> dict:
@@ -134,7 +82,7 @@ async def test_the_node_is_ready_with_a_kubelet_of_the_release_on_containerd_2(n
     assert info["containerRuntimeVersion"].startswith("containerd://2."), info
     assert found["spec"]["podCIDR"] == "10.244.0.0/24"
     (address,) = [a for a in found["status"]["addresses"] if a["type"] == "InternalIP"]
-    assert address["address"] == "10.244.0.1"
+    assert address["address"] == NODE_IP
     listed = node.kubectl("get", "nodes", "--no-headers")
     assert listed.returncode == 0 and f"{NODE}   Ready" in listed.stdout, listed
 
@@ -217,7 +165,9 @@ async def test_a_pod_reaches_another_pods_service_by_its_dns_name(node):
 WRITE = "import os; open('/results/written', 'w').write(str(os.getuid()))"
 
 
-async def test_a_claim_binds_a_local_volume_that_a_non_root_pod_writes(node):
+async def test_a_claim_gets_a_local_volume_made_for_it_that_a_non_root_pod_writes(node):
+    """The default storage class's provisioner makes a volume for a claim once its pod is
+    scheduled; the kubelet gives it to the pod's fsGroup; it goes with its claim."""
     async with node.admin() as api:
         ns = await namespace(api, "claims")
         await api.create(
@@ -249,24 +199,20 @@ async def test_a_claim_binds_a_local_volume_that_a_non_root_pod_writes(node):
         claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/results")
         assert claim["status"]["phase"] == "Bound"
         volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
-    written = Path(volume["spec"]["local"]["path"]) / "written"
-    assert written.read_text() == "10001"
-    assert written.stat().st_gid == 10001  # the volume is the pod's fsGroup's
-
-
-def install_operator(node: ControlPlane, release: str, system: str, watched: str) -> None:
-    """The chart, by helm, its operator watching one namespace."""
-    settings = [
-        f"watchNamespaces={{{watched}}}",
-        "operator.pollIntervalSeconds=1",
-        "benchmarkDefaults.metricsLingerSeconds=0",
-        # The chart asks a whole CPU per worker and half one for the scheduler: with the
-        # operator and the simulator, more than this 2-core node has to give.
-        "benchmarkDefaults.worker.resources.requests.cpu=250m",
-        "benchmarkDefaults.scheduler.resources.requests.cpu=250m",
-    ]
-    sets = [word for setting in settings for word in ("--set", setting)]
-    node.helm("install", release, str(CHART), "--namespace", system, *sets)
+        directory = await claim_directory(api, ns, "results")
+        written = directory / "written"
+        assert written.read_text() == "10001"
+        assert written.stat().st_gid == 10001  # the volume is the pod's fsGroup's
+        # Made for the claim by the provisioner, as the storage class says.
+        assert volume["spec"]["storageClassName"] == "local"
+        assert volume["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == (
+            "rancher.io/local-path"
+        )
+        # Deleted with its claim (the class's reclaim policy), directory and all.
+        await api.delete(f"/api/v1/namespaces/{ns}/pods/write")
+        await api.delete(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/results")
+        await api.gone(f"/api/v1/persistentvolumes/{volume['metadata']['name']}", timeout=120)
+    assert not directory.exists()
 
 
 async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(node):
@@ -294,8 +240,7 @@ async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(n
             *await api.items(f"/api/v1/namespaces/{ns}/events"),
             *await api.items(f"/api/v1/namespaces/{system}/events"),
         ]
-        claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{Names(name).claim}")
-        volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+        results = await claim_directory(api, ns, Names(name).claim) / name
     status = done["status"]
     assert status["phase"] == "Succeeded", status
     assert status["progress"]["requestsCompleted"] == 200  # the example's requestCount
@@ -317,7 +262,6 @@ async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(n
             assert container["containerID"].startswith("containerd://"), container
             assert container["imageID"].removeprefix("sha256:") == built, container
 
-    results = Path(volume["spec"]["local"]["path"]) / name
     records = read_jsonl(results / "profile_export.jsonl")
     assert len(records) == 200 and [r for r in records if r["error"]] == []
     exported = json.loads((results / "profile_export_aiperf.json").read_text())
@@ -377,7 +321,7 @@ class Endpoint:
     async def serving(self) -> AsyncIterator[str]:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
-        async with serving(app, "10.244.0.1") as url:  # the node's address, which pods reach
+        async with serving(app, NODE_IP) as url:  # the node's address, which pods reach
             try:
                 yield url
             finally:
@@ -416,10 +360,9 @@ def finished(benchmark: dict | None) -> bool:
 
 
 async def results(api, ns: str, name: str) -> list[dict]:
-    """The records the run wrote on its claim, read from the local volume it bound."""
-    claim = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}-results")
-    volume = await api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
-    return read_jsonl(Path(volume["spec"]["local"]["path"]) / name / "profile_export.jsonl")
+    """The records the run wrote on the claim the operator made for it."""
+    directory = await claim_directory(api, ns, Names(name).claim)
+    return read_jsonl(directory / name / "profile_export.jsonl")
 
 
 async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_requests_lost(
@@ -468,13 +411,6 @@ async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_re
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["progress"]["errors"] == 0
     assert done["status"]["progress"]["cut"] == 1
-
-
-def container_pid(node: ControlPlane, pod: dict) -> int:
-    """The host PID of a pod's (first) container's main process, from containerd's state."""
-    container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    tasks = node.directory / "node/containerd/state/io.containerd.runtime.v2.task/k8s.io"
-    return int((tasks / container / "init.pid").read_text())
 
 
 @contextlib.asynccontextmanager
@@ -543,7 +479,7 @@ async def test_a_scheduler_killed_mid_run_fails_the_benchmark_with_its_exit_code
     name = "kill"
     async with held_run(node, name, requests=6, concurrency=3) as (api, _, path):
         (scheduler,) = await pods_of(api, name, f"{name}-scheduler-")
-        os.kill(container_pid(node, scheduler), signal.SIGKILL)  # as a crash would
+        kill(node, scheduler)
         failed = await eventually(lambda: api.get(path), finished, timeout=120)
         assert failed["status"]["phase"] == "Failed", failed["status"]
         assert "137" in failed["status"]["message"], failed["status"]
@@ -551,11 +487,12 @@ async def test_a_scheduler_killed_mid_run_fails_the_benchmark_with_its_exit_code
         assert (await api.get(workers))["spec"]["replicas"] == 0
 
 
-def test_down_leaves_no_process_mount_network_rule_or_cgroup(node, baseline):
-    parts = ("kubelet", "containerd", "kube-proxy", "coredns", "kube-scheduler")
+@pytest.mark.last  # the session's node goes
+def test_down_leaves_no_process_mount_network_rule_or_cgroup(node, machine):
+    parts = ("kubelet", "containerd", "kube-proxy", "coredns", "kube-scheduler", "local-path")
     pids = {c: int((node.directory / f"{c}.pid").read_text()) for c in parts}
     node.down()
-    assert not [c for c, pid in pids.items() if _alive(pid)]
+    assert not [c for c, pid in pids.items() if alive(pid)]
     directory = str(node.directory)
     left = []
     for proc in Path("/proc").glob("[0-9]*"):
@@ -567,9 +504,10 @@ def test_down_leaves_no_process_mount_network_rule_or_cgroup(node, baseline):
     assert left == []
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     assert [m for m in mounts if directory in m] == []
-    assert _netns() == baseline["netns"]
-    assert BRIDGE not in _links()
-    assert set(_links()) <= set(baseline["links"])  # the pods' veths too
-    assert _iptables() == baseline["iptables"]
+    now = Machine.now()
+    assert now.netns == machine.netns
+    assert BRIDGE not in now.links
+    assert set(now.links) <= set(machine.links)  # the pods' veths too
+    assert now.iptables == machine.iptables
     assert not list(Path("/sys/fs/cgroup").glob("*/kubepods"))
-    assert [d for d in HOST_DIRS if Path(d).exists()] == baseline["host dirs"]
+    assert now.host_dirs == machine.host_dirs

@@ -35,8 +35,8 @@ RESULTS_DIR = "/results"
 TERMINATION_LOG = "/dev/termination-log"
 KEYS_DIR = "/etc/dagperf/keys"
 DATASET_URL_ENV = "DAGPERF_DATASET_URL"
-# What a pod listens on, said even at the CLI's default: the pod's own addresses, which a node
-# that gives each pod a loopback address of its own (tests/node.py) maps from 0.0.0.0.
+# What a pod listens on, said even at the CLI's default: the pod's own addresses, which the
+# suite's fast lane (tests/kubelet.py, pods as local processes) maps from 0.0.0.0 to loopback.
 POD_ADDRESSES = ("bind", "metrics_host")
 
 

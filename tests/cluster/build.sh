@@ -18,12 +18,16 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
 CONTAINERD_VERSION=v2.4.2 CNI_PLUGINS_VERSION=v1.10.0 CRI_TOOLS_VERSION=v1.37.0
-COREDNS_VERSION=v1.15.0
+COREDNS_VERSION=v1.15.0 LOCAL_PATH_VERSION=v0.0.33
+# The Go checksum database does not answer for local-path-provisioner's module here: its hash
+# (`go mod download -json`'s Sum) is pinned instead, and checked before it is built.
+LOCAL_PATH_SUM="h1:areux9aOeBrvQyTo946mh+uoV/bPWIlDnvO5goL5wPo="
 CACHE="${DAGPERF_CLUSTER_CACHE:-$HOME/.cache/dagperf-cluster}"
 BIN="$CACHE/v$K8S_VERSION/bin"
 KUBE=(kube-apiserver kube-controller-manager kubectl kubelet kube-proxy kube-scheduler)
 CNI_PLUGINS=(bridge host-local loopback portmap)
 COMPONENTS=(etcd "${KUBE[@]}" containerd containerd-shim-runc-v2 ctr crictl coredns pause
+  local-path-provisioner
   "${CNI_PLUGINS[@]/#/cni/}")
 
 have() { # have NAME: built, and for Kubernetes' own, with this release's version stamped in
@@ -164,6 +168,16 @@ if ! have crictl; then
 fi
 if ! have coredns; then
   install "CoreDNS $COREDNS_VERSION" "$BIN" "" "" "github.com/coredns/coredns@$COREDNS_VERSION"
+fi
+if ! have local-path-provisioner; then
+  local_path=github.com/rancher/local-path-provisioner
+  sum="$(GONOSUMDB=$local_path go mod download -json "$local_path@$LOCAL_PATH_VERSION" | sed -n 's/^\t"Sum": "\(.*\)",$/\1/p')"
+  if [ "$sum" != "$LOCAL_PATH_SUM" ]; then
+    echo "build.sh: $local_path@$LOCAL_PATH_VERSION has hash '$sum', expected $LOCAL_PATH_SUM" >&2
+    exit 1
+  fi
+  GONOSUMDB=$local_path install "local-path-provisioner $LOCAL_PATH_VERSION" "$BIN" "-X main.VERSION=$LOCAL_PATH_VERSION" "" \
+    "$local_path@$LOCAL_PATH_VERSION"
 fi
 # The pod sandbox's one process: sleeps until told to stop, reaping the zombies of a pod that
 # shares its PID namespace. A static binary, so its image needs nothing else (node.sh makes it).

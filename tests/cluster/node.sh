@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # A real single node beside up.sh's control plane, sourced by up.sh and down.sh when
 # DAGPERF_CLUSTER_NODE=real: kube-scheduler, containerd with runc, a kubelet, bridge CNI, kube-proxy
-# in iptables mode, CoreDNS for cluster.local and a default StorageClass of local volumes, all
-# built by build.sh (runc is Debian's). Each part runs as a host process under DIR, as Kubernetes'
+# in iptables mode, CoreDNS for cluster.local and a default StorageClass whose claims Rancher's
+# local-path-provisioner (kind's default storage) binds to local volumes it makes, all built by
+# build.sh (runc is Debian's). Each part runs as a host process under DIR, as Kubernetes'
 # hack/local-up-cluster.sh runs them, logged and stopped like the control plane's.
 #
 # The node's address is the gateway of its pod bridge: up.sh creates the bridge first
@@ -26,7 +27,6 @@ SERVICE_CIDR=10.96.0.0/24 # up.sh's --service-cluster-ip-range
 CLUSTER_DOMAIN=cluster.local
 PAUSE_IMAGE=localhost/dagperf-pause:1
 NODE_IMAGES=("localhost/dagperf:0.1.0") # imported from podman, never pulled
-VOLUMES=32                              # local PersistentVolumes made ready for claims
 # Where the parts keep state whatever they are told (the shims' sockets and runc's state, the
 # CNI library's cache, the kubelet's device plugins): node_down removes what the node made there.
 HOST_DIRS=(/run/containerd /var/lib/cni /var/lib/kubelet)
@@ -56,9 +56,10 @@ node_certificates() {
   issue kube-scheduler "/CN=system:kube-scheduler" "IP:127.0.0.1,DNS:localhost"
   issue kube-proxy "/CN=system:kube-proxy"
   issue coredns "/CN=dagperf:coredns"
+  issue local-path "/CN=dagperf:local-path-provisioner"
   chmod 600 pki/*.key
   local user
-  for user in kubelet kube-scheduler kube-proxy coredns; do kubeconfig "$user"; done
+  for user in kubelet kube-scheduler kube-proxy coredns local-path; do kubeconfig "$user"; done
 }
 
 node_up() {
@@ -207,8 +208,14 @@ EOF
   start kube-proxy "$BIN/kube-proxy" --config node/kube-proxy.yaml
   wait_ready kube-proxy curl -sf "http://127.0.0.1:$proxy_healthz/healthz"
 
-  # --- cluster objects: CoreDNS's read access, the storage class and its volumes ---------------
+  # --- cluster objects: CoreDNS's and the provisioner's access, the storage class --------------
   node_objects | "${kubectl[@]}" apply -f - > /dev/null
+
+  # --- local-path-provisioner: a host process; each claim's directory under node/volumes is
+  # made (and removed with its volume) by a helper pod it runs, from the project's image ---------
+  start local-path "$BIN/local-path-provisioner" start --kubeconfig local-path.kubeconfig \
+    --namespace local-path-storage --provisioner-name rancher.io/local-path \
+    --service-account-name local-path-provisioner
 
   # --- CoreDNS: a host process on the node's address, the kubelet's clusterDNS ----------------
   local dns_ready
@@ -283,39 +290,98 @@ metadata: {name: "dagperf:coredns"}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "dagperf:coredns"}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "dagperf:coredns"}]
 ---
+# The provisioner's rules as its own manifest grants them (deploy/local-path-storage.yaml), to its
+# certificate's user rather than a service account; the service account is its helper pods'.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "dagperf:local-path-provisioner"}
+rules:
+- apiGroups: [""]
+  resources: [nodes, persistentvolumeclaims, configmaps, pods, pods/log]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [persistentvolumes]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "dagperf:local-path-provisioner"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "dagperf:local-path-provisioner"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "dagperf:local-path-provisioner"}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: local-path-storage}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: local-path-provisioner, namespace: local-path-storage}
+rules:
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, patch, update, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: local-path-provisioner, namespace: local-path-storage}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: local-path-provisioner}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "dagperf:local-path-provisioner"}]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: local-path-provisioner, namespace: local-path-storage}
+automountServiceAccountToken: false
+---
+# Each claim's directory is node/volumes/<volume>_<namespace>_<claim>, made and removed by a helper
+# pod of the project's image (it has a shell), as root: the directories are root's.
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: local-path-config, namespace: local-path-storage}
+data:
+  config.json: |-
+    {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["$DIR/node/volumes"]}]}
+  setup: |-
+    #!/bin/sh
+    set -eu
+    mkdir -m 0777 -p "\$VOL_DIR"
+  teardown: |-
+    #!/bin/sh
+    set -eu
+    rm -rf "\$VOL_DIR"
+  helperPod.yaml: |-
+    apiVersion: v1
+    kind: Pod
+    metadata: {name: helper-pod}
+    spec:
+      securityContext: {runAsUser: 0, runAsGroup: 0}
+      containers:
+      - name: helper-pod
+        image: "${NODE_IMAGES[0]}"
+        imagePullPolicy: Never
+---
+# Local volumes rather than the provisioner's default hostPath ones: the kubelet gives a local
+# volume to the pod's fsGroup, as it gives a cloud disk. A claim binds once a pod that uses it is
+# scheduled: its directory is made on the node the pod landed on.
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
   name: local
-  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
-provisioner: kubernetes.io/no-provisioner
+  annotations: {storageclass.kubernetes.io/is-default-class: "true", defaultVolumeType: local}
+provisioner: rancher.io/local-path
 volumeBindingMode: WaitForFirstConsumer
-reclaimPolicy: Retain
+reclaimPolicy: Delete
 EOF
-  local i
-  for i in $(seq -w 1 "$VOLUMES"); do
-    mkdir -p "node/volumes/pv$i"
-    cat << EOF
----
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: "local-pv$i"}
-spec:
-  capacity: {storage: 10Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: local
-  local: {path: "$DIR/node/volumes/pv$i"}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms:
-      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$NODE_NAME]}]
-EOF
-  done
 }
 
 node_down() { # stops the node's parts and removes what they left outside their processes
   local sock="$DIR/node/containerd/containerd.sock"
+  stop "$DIR/local-path.pid" # before it sees the pods go and starts helpers for their volumes
   stop "$DIR/kubelet.pid"
   # Every pod sandbox, through the runtime: its containers stop, the CNI plugins take back the
   # veth and the address, the shims exit.

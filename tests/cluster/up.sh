@@ -2,9 +2,9 @@
 # Brings up a real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC, the default
 # admission plugins, a service-account signing key) and kube-controller-manager, all upstream
 # code built by build.sh. Every connection is TLS with client certificates, every port is bound
-# to 127.0.0.1. There is no kubelet and no scheduler: the tests bring their own node.
+# to 127.0.0.1. Alone, it has no kubelet and no scheduler: nothing runs pods.
 #
-# With DAGPERF_CLUSTER_NODE=real, a real node runs beside it instead (node.sh: kube-scheduler, a
+# With DAGPERF_CLUSTER_NODE=real, a real node runs beside it (node.sh: kube-scheduler, a
 # kubelet on containerd, bridge CNI, kube-proxy, CoreDNS, local volumes). The pods must reach the
 # API server, so it listens on the node's address (its pod bridge's gateway) rather than on
 # loopback, every kubeconfig names that address, and the `kubernetes` Service's endpoint is kept
@@ -133,9 +133,8 @@ start kube-apiserver "$BIN/kube-apiserver" \
 wait_ready kube-apiserver probe "https://$API_HOST:$API_PORT/readyz" admin
 
 # --- kube-controller-manager ------------------------------------------------------------------
-# Every default controller (without a real node, but node lifecycle, which would taint the
-# stand-in node as unreachable: it has no kubelet heartbeat); each acts under its own service
-# account.
+# Every default controller (without a real node, but node lifecycle, which has no node to watch);
+# each acts under its own service account.
 start kube-controller-manager "$BIN/kube-controller-manager" \
   --kubeconfig controller-manager.kubeconfig \
   --authentication-kubeconfig controller-manager.kubeconfig \
