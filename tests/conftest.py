@@ -3,6 +3,7 @@ subreaper of everything it starts."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import os
@@ -13,9 +14,11 @@ import pytest
 from dagperf.runtime.logs import CurrentStderr
 
 import image_runtime
+import operated_cluster
 import real_node
-from control_plane import ControlPlane
+from control_plane import ControlPlane, established
 from engine_stack import Engines
+from runs import gated_simulator
 
 IMAGE = image_runtime.image_name()
 
@@ -53,6 +56,33 @@ def node(control_plane: ControlPlane, machine) -> ControlPlane:
     if machine is None:
         pytest.skip("the cluster's node runs as root only (its network, mounts and cgroups)")
     return control_plane
+
+
+@pytest.fixture
+async def cluster(node: ControlPlane, request: pytest.FixtureRequest):
+    """The chart installed on the node in a namespace of its own, and a namespace for
+    Benchmarks (operated_cluster.Cluster). The operator watches every namespace, or (param
+    "listed") only the Benchmarks' own."""
+    system, ns, release = operated_cluster.names()
+    async with node.admin() as api:
+        await operated_cluster.prepare(api, system, ns)
+        async with gated_simulator(operated_cluster.SIM, real_node.NODE_IP) as (sim, gate):
+            listed = ns if getattr(request, "param", "every") == "listed" else None
+            await asyncio.to_thread(
+                real_node.install_operator,
+                node,
+                release,
+                system,
+                listed,
+                "operator.logFormat=plain",
+            )
+            await established(api)
+            cluster = operated_cluster.Cluster(node, api, ns, system, sim, gate)
+            try:
+                yield cluster
+            finally:
+                print(await cluster.logs())  # shown when the test failed
+                await asyncio.to_thread(node.helm, "uninstall", release, "--namespace", system)
 
 
 @pytest.fixture(scope="session")

@@ -77,6 +77,39 @@ async def claim_directory(api: Client, ns: str, claim: str) -> Path:
     return Path(volume["spec"]["local"]["path"])
 
 
+def restricted(container: dict) -> dict:
+    """A container as the restricted Pod Security Standard admits it, from the project's image."""
+    security = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
+    return {"image": IMAGE, "imagePullPolicy": "Never", "securityContext": security} | container
+
+
+def pod(name: str, *containers: dict, **spec) -> dict:
+    security = {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"securityContext": security, "containers": list(containers)} | spec,
+    }
+
+
+def phase_is(*phases: str):
+    def check(found: dict | None) -> bool:
+        return bool(found) and found["status"].get("phase") in phases
+
+    return check
+
+
 # The chart asks a whole CPU per worker and half one for the scheduler: with the operator and
 # the test's endpoint, more than this 2-core node has to give.
 SMALL = [

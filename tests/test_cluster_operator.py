@@ -3,153 +3,23 @@ its service account's token: RBAC, admission, the Job and ReplicaSet controllers
 collector are the real ones, and every pod is placed by kube-scheduler and run by the kubelet on
 containerd (the real node, tests/cluster/node.sh), its results on a volume the local-path
 provisioner made for its claim. The endpoint is the simulator in this test's loop on the node's
-address, behind a Gate where a test needs the run held in flight."""
+address, behind a Gate where a test needs the run held in flight (the `cluster` fixture). What
+a Benchmark runs (its datasets, a session config, a search) is in test_cluster_workloads.py."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import itertools
 import json
-from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from dagperf.simulator import SimConfig
-
-from control_plane import ROOT, Client, ControlPlane, established, namespace
-from real_node import NODE_IP, claim_directory, container_pid, install_operator, kill
-from runs import alive, connected_to, eventually, gated_simulator, read_jsonl, serving
+from operated_cluster import KEY, condition, failed_job, phase
+from real_node import NODE_IP, container_pid, kill
+from runs import alive, connected_to, eventually, read_jsonl, serving
 
 pytestmark = pytest.mark.cluster
-
-DATASET = ROOT / "examples" / "dag_jsonl" / "three-roots.dag.jsonl"  # 3 roots, 9 requests
-KEY = "sk-cluster-secret"
-SIM = SimConfig(api_key=KEY, ttft_ms=5, itl_ms=1, output_tokens=8)
-_tests = itertools.count(1)
-CLI_REFUSAL = "--fixed-schedule needs a start time for every session (trace timestamps)"
-
-
-class Cluster:
-    def __init__(self, plane: ControlPlane, api: Client, ns: str, system: str, sim, gate):
-        self.plane, self.api, self.ns, self.system = plane, api, ns, system
-        self.sim, self.gate = sim, gate
-
-    def path(self, name: str = "") -> str:
-        base = f"/apis/dagperf.io/v1alpha1/namespaces/{self.ns}/benchmarks"
-        return f"{base}/{name}" if name else base
-
-    def benchmark(self, name: str = "demo", **spec) -> dict:
-        body = {
-            "endpoint": {"url": self.sim.url, "apiKeySecretRef": {"name": "endpoint"}},
-            "dataset": {"configMapRef": {"name": "dataset"}},
-            "workers": {"replicas": 2},
-            "results": {"persistentVolumeClaim": {"claimName": "results"}},
-        }
-        return {
-            "apiVersion": "dagperf.io/v1alpha1", "kind": "Benchmark",
-            "metadata": {"name": name, "namespace": self.ns}, "spec": body | spec,
-        }  # fmt: skip
-
-    async def start(self, name: str = "demo", **spec) -> dict:
-        return await self.api.create(self.path(), self.benchmark(name, **spec))
-
-    async def until(self, name: str, predicate, timeout: float = 180) -> dict:
-        return await eventually(
-            lambda: self.api.get(self.path(name)), lambda b: b is not None and predicate(b), timeout
-        )
-
-    async def pods(self, prefix: str) -> list[dict]:
-        found = await self.api.items(f"/api/v1/namespaces/{self.ns}/pods")
-        return [p for p in found if p["metadata"]["name"].startswith(prefix)]
-
-    async def operator_pods(self) -> list[dict]:
-        return await self.api.items(f"/api/v1/namespaces/{self.system}/pods")
-
-    async def claim(self, name: str) -> Path:
-        return await claim_directory(self.api, self.ns, name)
-
-    async def logs(self) -> str:
-        """Every container's log in the test's namespaces, to show with a failure."""
-        shown = []
-        for ns in (self.system, self.ns):
-            for pod in await self.api.items(f"/api/v1/namespaces/{ns}/pods"):
-                name = pod["metadata"]["name"]
-                got = self.plane.kubectl("logs", "-n", ns, name, "--all-containers", "--tail=40")
-                shown.append(f"--- {ns}/{name}\n{got.stdout}{got.stderr}")
-        return "\n".join(shown)
-
-    async def owned(self, name: str) -> dict[str, list[str]]:
-        """Every object in the namespace that names the Benchmark as its owner, by kind."""
-        kinds = {
-            "Job": "/apis/batch/v1/jobs", "Deployment": "/apis/apps/v1/deployments",
-            "Service": "/api/v1/services", "Secret": "/api/v1/secrets",
-            "PersistentVolumeClaim": "/api/v1/persistentvolumeclaims",
-            "NetworkPolicy": "/apis/networking.k8s.io/v1/networkpolicies",
-        }  # fmt: skip
-        found: dict[str, list[str]] = {}
-        for kind, path in kinds.items():
-            prefix, plural = path.rsplit("/", 1)
-            for obj in await self.api.items(f"{prefix}/namespaces/{self.ns}/{plural}"):
-                owners = obj["metadata"].get("ownerReferences") or []
-                if any(o["kind"] == "Benchmark" and o["name"] == name for o in owners):
-                    found.setdefault(kind, []).append(obj["metadata"]["name"])
-        return found
-
-
-@pytest.fixture
-async def cluster(node, request):
-    """The chart installed in a namespace of its own, a namespace for Benchmarks with the
-    dataset, the API key and a results claim (of the default storage class). The operator
-    watches every namespace, or (param "listed") only the Benchmarks' own."""
-    n = next(_tests)
-    watch = getattr(request, "param", "every")
-    system, ns, release = f"dagperf-system-{n}", f"bench-{n}", f"op{n}"
-    async with node.admin() as api:
-        for name in (system, ns):
-            await namespace(api, name)
-        await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
-            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dataset"},
-            "data": {DATASET.name: DATASET.read_text()},
-        })  # fmt: skip
-        await api.create(f"/api/v1/namespaces/{ns}/secrets", {
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "endpoint"},
-            "data": {"api-key": base64.b64encode(KEY.encode()).decode()},
-        })  # fmt: skip
-        await api.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "results"},
-            "spec": {"accessModes": ["ReadWriteOnce"],
-                     "resources": {"requests": {"storage": "1Gi"}}},
-        })  # fmt: skip
-        async with gated_simulator(SIM, NODE_IP) as (sim, gate):
-            listed = ns if watch == "listed" else None
-            await asyncio.to_thread(
-                install_operator, node, release, system, listed, "operator.logFormat=plain"
-            )
-            await established(api)
-            cluster = Cluster(node, api, ns, system, sim, gate)
-            try:
-                yield cluster
-            finally:
-                print(await cluster.logs())  # shown when the test failed
-                await asyncio.to_thread(node.helm, "uninstall", release, "--namespace", system)
-
-
-def failed_job(job: dict) -> bool:
-    """The Job controller's verdict: failed, with no retry (the operator sets backoffLimit 0)."""
-    conditions = job["status"].get("conditions") or []
-    return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions)
-
-
-def phase(name: str):
-    return lambda b: (b.get("status") or {}).get("phase") == name
-
-
-def condition(benchmark: dict, kind: str) -> dict:
-    return next(c for c in benchmark["status"]["conditions"] if c["type"] == kind)
 
 
 @pytest.mark.parametrize("cluster", ["every", "listed"], indirect=True)
@@ -237,93 +107,29 @@ async def test_the_endpoint_options_a_benchmark_says_reach_the_requests_its_work
     assert done["status"]["progress"]["errors"] == 1
 
 
-async def test_dataset_errors_are_reported_before_any_pod_starts(cluster):
-    await cluster.api.create(f"/api/v1/namespaces/{cluster.ns}/configmaps", {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken"},
-        "data": {"d.jsonl": '{"session_id": "root", "turns": []}\n{oops\n'},
-    })  # fmt: skip
-    await cluster.start("bad", dataset={"configMapRef": {"name": "broken"}})
-    await cluster.start("missing", dataset={"configMapRef": {"name": "nowhere"}})
-    await cluster.start("untimed", load={"fixedSchedule": True})  # a dataset without times
-    bad = await cluster.until("bad", phase("Failed"))
-    missing = await cluster.until("missing", phase("Failed"))
-    untimed = await cluster.until("untimed", phase("Failed"))
-
-    valid = condition(bad, "DatasetValid")
-    assert (valid["status"], valid["reason"]) == ("False", "InvalidDataset")
-    assert "line 2: invalid JSON" in valid["message"]
-    valid = condition(missing, "DatasetValid")
-    assert (valid["status"], valid["reason"]) == ("False", "ConfigMapNotFound")
-    valid = condition(untimed, "DatasetValid")  # `dagperf profile --fixed-schedule`'s words
-    assert (valid["status"], valid["reason"]) == ("False", "InvalidLoad")
-    assert valid["message"] == f"load: {CLI_REFUSAL}"
-    for name in ("bad", "missing", "untimed"):
-        assert await cluster.owned(name) == {}
-    assert await cluster.pods("") == []
-    # The operator may create Events (its RBAC), so a user sees why in `kubectl describe`.
-    events = await eventually(
-        lambda: cluster.api.items(f"/api/v1/namespaces/{cluster.ns}/events"),
-        lambda found: {"InvalidDataset", "ConfigMapNotFound"} <= {e["reason"] for e in found},
+async def test_suspending_a_running_benchmark_keeps_what_it_measured(cluster):
+    """spec.suspend mid-run: the operator stops the scheduler through its control endpoint,
+    what it measured lands on the volume, and the workers are scaled to zero."""
+    await cluster.start(load={"concurrency": 2, "requestCount": 1000})
+    await cluster.until("demo", phase("Running"))
+    await cluster.gate.holding(2)
+    await cluster.api.patch(cluster.path("demo"), {"spec": {"suspend": True}})
+    # The operator asked the scheduler to stop; only then may the held requests finish.
+    await cluster.until(
+        "demo", lambda b: (b.get("status") or {}).get("message", "").startswith("suspending")
     )
-    by_reason = {e["reason"]: e for e in events}
-    assert by_reason["InvalidDataset"]["type"] == "Warning"
-    assert by_reason["InvalidDataset"]["involvedObject"]["name"] == "bad"
-
-
-@pytest.mark.parametrize("cluster", ["listed"], indirect=True)
-async def test_a_missing_dataset_claim_is_named_before_any_pod_starts(cluster):
-    """The chart's per-namespace Role lets the operator see whether a dataset's claim exists
-    (a run from a claim is in tests/test_operator_e2e.py)."""
-    claim = {"persistentVolumeClaim": {"claimName": "nowhere", "path": "d.jsonl"}}
-    await cluster.start("lost", dataset=claim)
-    lost = await cluster.until("lost", phase("Failed"))
-    assert condition(lost, "DatasetValid")["reason"] == "ClaimNotFound"
-    message = "persistentvolumeclaim/nowhere does not exist in this namespace"
-    assert lost["status"]["message"] == message
-    assert await cluster.owned("lost") == {} and await cluster.pods("") == []
-
-
-async def test_a_url_dataset_is_fetched_by_an_admitted_init_container(cluster):
-    """The scheduler pod's init container passes the namespace's restricted pod security
-    admission, fetches the file into the emptyDir the scheduler reads; a file changed after
-    the operator checked it fails in the init container, and the Job controller fails the Job."""
     cluster.gate.open()
-    checked = DATASET.read_bytes()
-    changing = iter([checked])  # the preflight's answer; the pod's gets the changed file
+    done = await cluster.until("demo", phase("Suspended"))
 
-    async def serve(request: web.Request) -> web.Response:
-        if request.path == "/changing.dag.jsonl":
-            return web.Response(body=next(changing, checked + b"\n"))
-        return web.Response(body=checked)
-
-    app = web.Application()
-    app.router.add_get("/{name}", serve)
-    digest = hashlib.sha256(checked).hexdigest()
-    async with serving(app, NODE_IP) as base:  # which the operator's and the pods' fetches reach
-        ref = {"url": f"{base}/three.dag.jsonl?sig=s3cr3t", "sha256": digest, "sizeLimit": "1Gi"}
-        await cluster.start("fromurl", dataset={"url": ref})
-        done = await cluster.until("fromurl", phase("Succeeded"))
-        ref = {"url": f"{base}/changing.dag.jsonl", "sha256": digest}
-        await cluster.start("changed", dataset={"url": ref})
-        changed = await cluster.until("changed", phase("Failed"))
-    assert done["status"]["progress"]["display"] == "9/9"
-    (scheduler,) = await cluster.pods("fromurl-scheduler-")
-    (init,) = scheduler["spec"]["initContainers"]
-    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    (fetched,) = scheduler["status"]["initContainerStatuses"]
-    assert fetched["state"]["terminated"]["exitCode"] == 0
-    (container,) = scheduler["spec"]["containers"]
-    assert "/dataset/three.dag.jsonl" in container["command"]
-    assert "s3cr3t" not in json.dumps([init["command"], container])
-
-    got = hashlib.sha256(checked + b"\n").hexdigest()
-    assert condition(changed, "Completed")["reason"] == "InitContainerFailed"
-    assert changed["status"]["message"] == (
-        "init container fetch-dataset exited with code 1: dagperf fetch: "
-        f"{base}/changing.dag.jsonl: sha256 is {got}, expected {digest}"
-    )
-    job = f"/apis/batch/v1/namespaces/{cluster.ns}/jobs/changed-scheduler"
-    await eventually(lambda: cluster.api.get(job), failed_job)
+    status = done["status"]
+    assert status["progress"]["requestsCompleted"] == 2 and status["progress"]["errors"] == 0
+    assert status["progress"]["requestsTotal"] == 1000
+    assert condition(done, "Completed")["reason"] == "Suspended"
+    records = read_jsonl(await cluster.claim("results") / "demo" / "profile_export.jsonl")
+    assert len(records) == 2 and not any(r["error"] for r in records)
+    deployment = f"/apis/apps/v1/namespaces/{cluster.ns}/deployments/demo-workers"
+    assert (await cluster.api.get(deployment))["spec"]["replicas"] == 0
+    await eventually(lambda: cluster.pods("demo-workers-"), lambda left: left == [], timeout=60)
 
 
 async def test_deleting_a_benchmark_collects_its_children_and_stops_its_pods(cluster):

@@ -27,45 +27,15 @@ from real_node import (
     claim_directory,
     install_operator,
     kill,
+    phase_is,
+    pod,
+    restricted,
 )
 from runs import alive, eventually, read_jsonl, serving
 
 pytestmark = pytest.mark.cluster
 
 PODS = "/api/v1/namespaces/{ns}/pods"
-
-
-def restricted(container: dict) -> dict:
-    """A container as the restricted Pod Security Standard admits it, from the project's image."""
-    security = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-    }
-    return {"image": IMAGE, "imagePullPolicy": "Never", "securityContext": security} | container
-
-
-def pod(name: str, *containers: dict, **spec) -> dict:
-    security = {
-        "runAsNonRoot": True,
-        "runAsUser": 10001,
-        "runAsGroup": 10001,
-        "fsGroup": 10001,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {"securityContext": security, "containers": list(containers)} | spec,
-    }
-
-
-def phase_is(*phases: str):
-    def check(found: dict | None) -> bool:
-        return bool(found) and found["status"].get("phase") in phases
-
-    return check
 
 
 def ready(found: dict | None) -> bool:
