@@ -143,7 +143,7 @@ async def test_a_name_with_several_addresses_spreads_connections_and_names_each(
     port = free_port()
     hosts = tmp_path / "hosts.json"
     hosts.write_text(json.dumps({"llm.bench.svc": ["127.0.0.1", "127.0.0.2"]}))
-    resolver = str(ROOT / "tests" / "cluster" / "resolver")  # plays the cluster's DNS
+    resolver = str(ROOT / "tests" / "resolver")  # plays the cluster's DNS
     env = dict(os.environ) | {"DAGPERF_TEST_HOSTS": str(hosts), "PYTHONPATH": resolver}
     pods = SimConfig(ttft_ms=20, itl_ms=1, output_tokens=2)
     async with (

@@ -6,20 +6,21 @@ as local processes, with their env and mounts, against the simulator; the operat
 run through the scheduler's /status and ends it from the pod's termination message. A Gate at
 the simulator holds requests, so the test sees the run Running, and stops it there, on purpose
 rather than by timing.
+
+The fast lane, which runs without root: the same Benchmarks, and a synthetic session config and
+a search, run on the real node in tests/test_cluster_operator.py and test_cluster_workloads.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
@@ -27,7 +28,7 @@ from dagperf.simulator import SimConfig
 
 from emulator import ROOT, operating
 from kubelet import Kubelet
-from runs import file_server, free_port, gated_simulator, read_jsonl, spawn
+from runs import file_server, free_port, gated_simulator, read_jsonl
 
 NS = "bench"
 DATASET = ROOT / "examples" / "dag_jsonl" / "three-roots.dag.jsonl"  # names no model
@@ -153,87 +154,6 @@ async def test_suspending_a_running_benchmark_keeps_what_it_measured(node):
     assert len(records) == 2 and not any(r["error"] for r in records)
     deployment = await api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/demo-workers")
     assert deployment["spec"]["replicas"] == 0
-
-
-SESSIONS = """
-seed: 3
-num_sessions: 4
-session_graph:
-  type: linear
-  num_request_generator: {type: fixed, value: 3}
-  inherit_history: true
-prompt:
-  input_length: {type: fixed, value: 32}
-  output_length: {type: fixed, value: 4}
-"""
-
-
-async def test_a_synthetic_session_config_runs_from_a_config_map(node):
-    """dataset.type session_config: the ConfigMap holds a session config, which the operator
-    checks and the scheduler generates its sessions from (4 sessions of 3 turns)."""
-    api, kubelet, sim, gate = node
-    await api.create(f"/api/v1/namespaces/{NS}/configmaps", {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sessions"},
-        "data": {"sessions.yaml": SESSIONS},
-    })  # fmt: skip
-    gate.open()
-    dataset = {"configMapRef": {"name": "sessions"}, "type": "session_config"}
-    await start(api, sim, dataset=dataset, load={"concurrency": 2})
-    done = await api.until(NS, "demo", phase("Succeeded"), timeout=60)
-    assert done["status"]["progress"]["display"] == "12/12"
-    assert condition(done, "DatasetValid")["message"] == "configmap/sessions key sessions.yaml"
-    records = read_jsonl(kubelet.claim("bench-results") / "demo" / "profile_export.jsonl")
-    assert len(records) == 12 and not any(r["error"] for r in records)
-    turns = sorted(r["metadata"]["turn_index"] for r in records)
-    assert turns == [0] * 4 + [1] * 4 + [2] * 4
-
-
-async def test_a_search_benchmark_finds_the_servers_slots_and_reports_them(node):
-    """spec.search: one Job runs `dagperf search` with its workers as local processes against
-    a server with 2 slots; the TTFT objective lies between one reply time and two, so the
-    answer is known in advance (see tests/test_search.py)."""
-    api, kubelet, _, _ = node
-    example = ROOT / "examples" / "search" / "single-turn.dag.jsonl"
-    await api.create(f"/api/v1/namespaces/{NS}/configmaps", {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "single"},
-        "data": {example.name: example.read_text()},
-    })  # fmt: skip
-    # 100 ms a reply, objective 150; the simulator in a process of its own, so that the
-    # operator and the node sharing the test's process cannot delay its replies
-    slots = ["--ttft-ms", "100", "--itl-ms", "0", "--output-tokens", "1", "--max-concurrency", "2"]
-    async with simulator_process(*slots, "--api-key", KEY) as url:
-        search = {"slo": ["time_to_first_token:p90:150"], "max": 4}
-        await start(api, Served(url), dataset={"configMapRef": {"name": "single"}},
-                    search=search, workers={"processesPerPod": 1})  # fmt: skip
-        done = await api.until(NS, "demo", phase("Succeeded"), timeout=180)
-    assert done["status"]["search"] == {
-        "parameter": "concurrency", "slo": ["time_to_first_token:p90:150"], "best": 2,
-        "steps": [{"value": v, "meetsSlo": v <= 2, "verdict": "meets" if v <= 2 else "misses"}
-                  for v in (1, 2, 4, 3)],
-    }  # fmt: skip
-    assert not [p for p in await pod_names(api) if p.startswith("demo-workers-")]
-    results = kubelet.claim("bench-results") / "demo"
-    written = json.loads((results / "search_results.json").read_text())
-    assert written["best"] == 2 and len(written["steps"]) == 4
-    assert (results / "step02-concurrency-2" / "profile_export_aiperf.json").exists()
-    assert "step01-concurrency-1 vs step02-concurrency-2" in (results / "report.html").read_text()
-
-
-class Served(NamedTuple):
-    url: str
-
-
-@contextlib.asynccontextmanager
-async def simulator_process(*flags: str) -> AsyncIterator[str]:
-    """`dagperf simulate` on a free port; yields its URL."""
-    process = await spawn("simulate", "--port", "0", *flags)
-    try:
-        assert process.stdout is not None
-        banner = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-        yield banner.split(" at ", 1)[1].strip()
-    finally:
-        process.terminate()
-        await process.wait()
 
 
 async def pod_names(api) -> list[str]:

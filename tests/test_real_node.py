@@ -1,7 +1,9 @@
-"""The real node beside the real control plane (tests/cluster/up.sh with DAGPERF_CLUSTER_NODE=real):
-a kubelet on containerd that reports Ready, pods placed by kube-scheduler and started from the
-project's imported image, a Service reached by its cluster DNS name through kube-proxy, a claim
-bound to a local volume that a non-root pod writes, and nothing left once down.sh has run."""
+"""The session's real node itself (tests/cluster/up.sh with DAGPERF_CLUSTER_NODE=real): a kubelet on
+containerd that reports Ready, pods placed by kube-scheduler and started from the project's
+imported image, a Service reached by its cluster DNS name through kube-proxy, a claim given a
+local volume made for it that a non-root pod writes, the quick start and a node's failures (a
+worker OOM-killed, a worker pod deleted, the scheduler killed), and nothing left once down.sh
+has run, which the last cluster test of the session checks."""
 
 from __future__ import annotations
 
