@@ -208,6 +208,8 @@ async def test_a_valid_benchmark_launches_owned_secure_pods(kube):
         "zmq": 5555,
         "metrics": 9090,
     }
+    # routed before the scheduler's readiness probe passes: its workers connect as it listens
+    assert service["spec"]["publishNotReadyAddresses"] is True
 
     # The run's keys: each pod mounts its own half, the wire's secrets never in a command line.
     files = {k: base64.b64decode(v).decode() for k, v in keys["data"].items()}

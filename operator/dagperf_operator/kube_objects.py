@@ -225,6 +225,7 @@ class ServicePort(TypedDict):
 class ServiceSpec(TypedDict, total=False):
     selector: dict[str, str]
     ports: list[ServicePort]
+    publishNotReadyAddresses: bool
 
 
 class Service(TypedDict):
