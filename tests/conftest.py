@@ -16,7 +16,7 @@ from dagperf.runtime.logs import CurrentStderr
 import image_runtime
 import operated_cluster
 import real_node
-from control_plane import ControlPlane, established
+from control_plane import ControlPlane, established, namespace
 from engine_stack import Engines
 from runs import gated_simulator
 
@@ -58,31 +58,47 @@ def node(control_plane: ControlPlane, machine) -> ControlPlane:
     return control_plane
 
 
+@pytest.fixture(scope="session")
+def shared_operator(control_plane: ControlPlane) -> operated_cluster.SharedOperator:
+    """The operator most cluster tests share, installed on first use (SharedOperator)."""
+    return operated_cluster.SharedOperator(control_plane)
+
+
 @pytest.fixture
-async def cluster(node: ControlPlane, request: pytest.FixtureRequest):
-    """The chart installed on the node in a namespace of its own, and a namespace for
-    Benchmarks (operated_cluster.Cluster). The operator watches every namespace, or (param
-    "listed") only the Benchmarks' own."""
+async def operator_stopped(control_plane: ControlPlane, shared_operator) -> None:
+    """For a test that installs an operator of its own, or makes Benchmarks no operator may
+    act on: the shared one is stopped first."""
+    async with control_plane.admin() as api:
+        await shared_operator.stop(api)
+
+
+@pytest.fixture
+async def cluster(node: ControlPlane, shared_operator, request: pytest.FixtureRequest):
+    """A namespace for Benchmarks (operated_cluster.Cluster), the operator of the session
+    watching it with every other; or (param "listed") the chart installed for the test alone
+    in a namespace of its own, its operator watching only the Benchmarks' one."""
+    listed = getattr(request, "param", "every") == "listed"
     system, ns, release = operated_cluster.names()
     async with node.admin() as api:
-        await operated_cluster.prepare(api, system, ns)
-        async with gated_simulator(operated_cluster.SIM, real_node.NODE_IP) as (sim, gate):
-            listed = ns if getattr(request, "param", "every") == "listed" else None
+        await operated_cluster.prepare(api, ns)
+        if listed:
+            await shared_operator.stop(api)
+            await namespace(api, system)
             await asyncio.to_thread(
-                real_node.install_operator,
-                node,
-                release,
-                system,
-                listed,
-                "operator.logFormat=plain",
+                real_node.install_operator, node, release, system, ns, "operator.logFormat=plain"
             )
             await established(api)
+        else:
+            await shared_operator.start(api)
+            system = shared_operator.system
+        async with gated_simulator(operated_cluster.SIM, real_node.NODE_IP) as (sim, gate):
             cluster = operated_cluster.Cluster(node, api, ns, system, sim, gate)
             try:
                 yield cluster
             finally:
                 print(await cluster.logs())  # shown when the test failed
-                await asyncio.to_thread(node.helm, "uninstall", release, "--namespace", system)
+                if listed:
+                    await asyncio.to_thread(node.helm, "uninstall", release, "--namespace", system)
 
 
 @pytest.fixture(scope="session")

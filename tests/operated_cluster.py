@@ -2,18 +2,19 @@
 node (tests/cluster/node.sh) in a namespace of its own, its operator running as the chart's pod,
 and a namespace for Benchmarks with a dataset, the endpoint's API key and a results claim. The
 endpoint is the simulator in the test's loop, on the node's address, behind a Gate (the `cluster`
-fixture in conftest.py)."""
+fixture in conftest.py). Most tests share one operator (SharedOperator)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 from pathlib import Path
 
 from dagperf.simulator import SimConfig
 
-from control_plane import ROOT, Client, ControlPlane, namespace
-from real_node import claim_directory
+from control_plane import ROOT, Client, ControlPlane, established, namespace
+from real_node import claim_directory, install_operator
 from runs import eventually
 
 DATASET = ROOT / "examples" / "dag_jsonl" / "three-roots.dag.jsonl"  # 3 roots, 9 requests
@@ -91,16 +92,54 @@ class Cluster:
         return found
 
 
+class SharedOperator:
+    """The chart installed once a session, its operator watching every namespace: most tests'
+    operator, each test in a namespace of its own. Installing it and starting its pod took 5 s
+    of each test's 12. Stopped (scaled to no pod) while a test that installs an operator of its
+    own, or wants none acting, runs: a Benchmark must never have two."""
+
+    release, system = "shared", "dagperf-shared"
+
+    def __init__(self, plane: ControlPlane):
+        self.plane, self.installed, self.running = plane, False, False
+
+    async def start(self, api: Client) -> None:
+        if not self.installed:
+            await namespace(api, self.system)
+            await asyncio.to_thread(
+                install_operator, self.plane, self.release, self.system, None,
+                "operator.logFormat=plain",
+            )  # fmt: skip
+            await established(api)
+            self.installed = True
+        elif not self.running:
+            self._scale(1)
+        self.running = True
+
+    async def stop(self, api: Client) -> None:
+        if self.running:
+            self._scale(0)
+            pods = f"/api/v1/namespaces/{self.system}/pods"
+            await eventually(lambda: api.items(pods), lambda left: left == [], timeout=120)
+            self.running = False
+
+    def _scale(self, replicas: int) -> None:
+        scaled = self.plane.kubectl(
+            "scale", "deployment", "--namespace", self.system, f"--replicas={replicas}",
+            f"--selector=app.kubernetes.io/instance={self.release}",
+        )  # fmt: skip
+        assert scaled.returncode == 0, scaled.stderr
+
+
 def names() -> tuple[str, str, str]:
     """A fresh (operator namespace, Benchmark namespace, release) for a test."""
     n = next(_tests)
     return f"dagperf-system-{n}", f"bench-{n}", f"op{n}"
 
 
-async def prepare(api: Client, system: str, ns: str) -> None:
-    """The namespaces, and in the Benchmarks' one the dataset, the API key and a claim."""
-    for name in (system, ns):
-        await namespace(api, name)
+async def prepare(api: Client, ns: str) -> None:
+    """The Benchmarks' namespace with the dataset, the API key and a claim."""
+    await namespace(api, ns)
     await api.create(f"/api/v1/namespaces/{ns}/configmaps", {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dataset"},
         "data": {DATASET.name: DATASET.read_text()},

@@ -167,6 +167,10 @@ async def test_an_operator_restarted_mid_run_adopts_it_without_duplicating_child
             and all(p["status"].get("phase") == "Running" for p in pods)
         ),
     )
+    # the old one ends (the next test's operator is the new one alone)
+    await cluster.api.gone(
+        f"/api/v1/namespaces/{cluster.system}/pods/{operator['metadata']['name']}", timeout=120
+    )
     cluster.gate.open()
     done = await cluster.until("demo", phase("Succeeded"))
     assert done["status"]["progress"]["requestsCompleted"] == 9

@@ -15,7 +15,8 @@ import yaml
 from control_plane import CHART, ROOT, Client, ControlPlane, established, namespace
 from runs import alive, eventually
 
-pytestmark = pytest.mark.cluster
+# The shared operator (conftest.py) would act on the Benchmarks made here.
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator_stopped")]
 
 CRD_FILE = ROOT / "crds" / "benchmark.yaml"
 EXAMPLE = ROOT / "examples" / "benchmark.yaml"

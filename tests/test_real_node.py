@@ -187,7 +187,9 @@ async def test_a_claim_gets_a_local_volume_made_for_it_that_a_non_root_pod_write
     assert not directory.exists()
 
 
-async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(node):
+async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(
+    node, operator_stopped
+):
     """The chart installed by helm (the operator as its Deployment, reaching the API server
     through the `kubernetes` Service), examples/simulator.yaml and examples/benchmark.yaml
     applied unchanged: the Benchmark's scheduler Job and worker Deployment run on the node,
@@ -338,20 +340,18 @@ async def results(api, ns: str, name: str) -> list[dict]:
 
 
 async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_requests_lost(
-    node,
+    node, shared_operator
 ):
     """The kernel's OOM killer, in the worker's memory cgroup, ends the worker that reads a
     reply bigger than its limit: the kubelet restarts it (OOMKilled, 137), the scheduler records
     what it held as WorkerLost, and the run ends Succeeded on what the workers measured."""
-    system, ns, name = "dagperf-oom", "oom", "oom"
+    ns, name = "oom", "oom"
     dataset = [*sessions("BOMB"), *sessions(*(f"q{i}" for i in range(12)))]
     dataset[0]["session_id"] = "bomb"
     limits = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "200Mi"}}
     async with node.admin() as api, Endpoint().serving() as url:
-        for each in (system, ns):
-            await namespace(api, each)
-        install_operator(node, "oom", system, ns)
-        await established(api)
+        await namespace(api, ns)
+        await shared_operator.start(api)
         seen: list[dict] = []  # every state of every pod in the namespace, as watched
         watching = asyncio.create_task(watch(api, f"/api/v1/namespaces/{ns}/pods", seen))
         try:
@@ -386,18 +386,15 @@ async def test_a_worker_over_its_memory_limit_is_oom_killed_restarted_and_its_re
 
 
 @contextlib.asynccontextmanager
-async def held_run(node, key: str, requests: int, concurrency: int):
-    """A Benchmark `key` in namespace `key` (its operator in `dagperf-<key>`) of `requests`
+async def held_run(node, operator, key: str, requests: int, concurrency: int):
+    """A Benchmark `key` in namespace `key` (the session's shared operator) of `requests`
     one-turn sessions, once its first `concurrency` requests wait at the endpoint: the API,
     the endpoint (its gate closed) and the Benchmark's path."""
-    system = f"dagperf-{key}"
     endpoint = Endpoint()
     endpoint.gate.clear()
     async with node.admin() as api, endpoint.serving() as url:
-        for each in (system, key):
-            await namespace(api, each)
-        install_operator(node, key, system, key)
-        await established(api)
+        await namespace(api, key)
+        await operator.start(api)
         questions = sessions(*(f"q{i}" for i in range(requests)))
         path = await launch(api, key, key, url, questions, load={"concurrency": concurrency})
         await eventually(
@@ -412,12 +409,13 @@ async def pods_of(api, ns: str, prefix: str) -> list[dict]:
     ]
 
 
-async def test_a_worker_pod_deleted_mid_run_is_replaced_and_its_requests_cut(node):
+async def test_a_worker_pod_deleted_mid_run_is_replaced_and_its_requests_cut(node, shared_operator):
     """A worker pod deleted while its requests wait at the endpoint: its Deployment replaces
     it, its requests are cut (cancelled by the worker, or lost to the scheduler), and the run
     ends on the rest."""
     name = "delete"
-    async with held_run(node, name, requests=9, concurrency=4) as (api, endpoint, path):
+    run = held_run(node, shared_operator, name, requests=9, concurrency=4)
+    async with run as (api, endpoint, path):
         workers = await pods_of(api, name, f"{name}-workers-")
         # One whose requests wait (the routing decides which does)
         victim = next(p for p in workers if p["status"]["podIP"] in endpoint.held)
@@ -445,11 +443,13 @@ async def test_a_worker_pod_deleted_mid_run_is_replaced_and_its_requests_cut(nod
         assert done["status"]["phase"] == "Succeeded", done["status"]
 
 
-async def test_a_scheduler_killed_mid_run_fails_the_benchmark_with_its_exit_code(node):
+async def test_a_scheduler_killed_mid_run_fails_the_benchmark_with_its_exit_code(
+    node, shared_operator
+):
     """The scheduler's process SIGKILLed on the node while requests wait at the endpoint: the
     Benchmark fails, its message names the exit code, and its workers are scaled to zero."""
     name = "kill"
-    async with held_run(node, name, requests=6, concurrency=3) as (api, _, path):
+    async with held_run(node, shared_operator, name, requests=6, concurrency=3) as (api, _, path):
         (scheduler,) = await pods_of(api, name, f"{name}-scheduler-")
         kill(node, scheduler)
         failed = await eventually(lambda: api.get(path), finished, timeout=120)
