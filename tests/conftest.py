@@ -135,7 +135,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Each group's tests share one xdist worker, so its session fixture starts once: one control
-# plane, one set of engines, one image check (tests/run.sh runs `-n 2 --dist loadgroup`).
+# plane, one set of engines, one image check (tests/run.sh runs `-n 3 --dist loadgroup`).
 GROUPS = ("cluster", "engine", "image")
 
 

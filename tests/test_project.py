@@ -52,7 +52,7 @@ def test_readme_quick_start_is_set_up_and_main_job_then_the_test_command(tmp_pat
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ci[-1] == test_command  # CI runs the same command, from the repository's root
     script = (ROOT / "tests" / "run.sh").read_text().splitlines()
-    assert script[-1] == 'python -m pytest -q -n 2 --dist loadgroup "$@"'
+    assert script[-1] == 'python -m pytest -q -n 3 --dist loadgroup "$@"'
 
 
 def test_code_is_ruff_clean():
