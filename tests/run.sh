@@ -72,6 +72,10 @@ started=$SECONDS
 tests/aiperf_install.sh > /dev/null
 echo "AIPerf ready in $((SECONDS - started)) s"
 
+# The suite starts hundreds of interpreters. Without bytecode kept (uv installs none, and
+# PYTHONDONTWRITEBYTECODE may be set), each compiles every module it imports again: a fresh
+# clone's pytest took 782 s of which that was most of the difference to 609 s.
+unset PYTHONDONTWRITEBYTECODE
 # Three workers on two cores: many tests wait on the processes they start (a fourth gained
 # nothing: docs/testing.md); each real stack stays on one.
 python -m pytest -q -n 3 --dist loadgroup "$@"

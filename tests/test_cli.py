@@ -99,7 +99,7 @@ def test_simulate_flags_come_from_the_config_model():
 
 
 def test_session_rate_is_the_request_rate_under_its_other_name():
-    from dagperf.cli import build_parser, main
+    from dagperf.cli import build_parser
     from dagperf.cli.flags import model_from_flags
     from dagperf.vocabulary.config import LoadConfig
 
