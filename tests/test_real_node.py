@@ -201,20 +201,24 @@ async def test_the_quick_start_runs_on_the_node_with_results_on_a_local_volume(
             await namespace(api, each)
         install_operator(node, "dagperf", system, ns)
         await established(api)
-        for example in ("simulator.yaml", "benchmark.yaml"):
-            applied = node.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / example))
-            assert applied.returncode == 0, applied.stderr
-        done = await eventually(
-            lambda: api.get(f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks/{name}"),
-            lambda b: (b.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
-            timeout=420,
-        )
-        pods = [*await api.items(PODS.format(ns=ns)), *await api.items(PODS.format(ns=system))]
-        events = [
-            *await api.items(f"/api/v1/namespaces/{ns}/events"),
-            *await api.items(f"/api/v1/namespaces/{system}/events"),
-        ]
-        results = await claim_directory(api, ns, Names(name).claim) / name
+        try:
+            for example in ("simulator.yaml", "benchmark.yaml"):
+                applied = node.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / example))
+                assert applied.returncode == 0, applied.stderr
+            done = await eventually(
+                lambda: api.get(f"/apis/dagperf.io/v1alpha1/namespaces/{ns}/benchmarks/{name}"),
+                lambda b: (b.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+                timeout=420,
+            )
+            pods = [*await api.items(PODS.format(ns=ns)), *await api.items(PODS.format(ns=system))]
+            events = [
+                *await api.items(f"/api/v1/namespaces/{ns}/events"),
+                *await api.items(f"/api/v1/namespaces/{system}/events"),
+            ]
+            results = await claim_directory(api, ns, Names(name).claim) / name
+        finally:  # the node's CPU is the next tests'
+            node.helm("uninstall", "dagperf", "--namespace", system)
+            node.kubectl("delete", "-n", ns, "-f", str(ROOT / "examples" / "simulator.yaml"))
     status = done["status"]
     assert status["phase"] == "Succeeded", status
     assert status["progress"]["requestsCompleted"] == 200  # the example's requestCount
