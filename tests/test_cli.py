@@ -208,8 +208,10 @@ def test_every_example_dataset_is_valid(capsys):
     """In this process (`main`), not one `dagperf validate` each: 37 interpreters' start took
     most of its 30 s; the console script's own behaviour is the other tests'."""
     found = {
-        str(p) for p in Path("examples").rglob("*") if p.is_file() and p.parent.name != "examples"
-    }
+        str(p)
+        for p in Path("examples").rglob("*")
+        if p.is_file() and p.parent.name != "examples" and "__pycache__" not in p.parts
+    }  # (the examples' scripts, imported by tests, leave bytecode beside them)
     assert found == set(EXAMPLE_TYPES) | LMEVAL_TASK | EXAMPLE_SCRIPTS, (
         "a new example needs its type here"
     )
