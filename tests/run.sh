@@ -74,7 +74,7 @@ echo "AIPerf ready in $((SECONDS - started)) s"
 
 # The suite starts hundreds of interpreters. Without bytecode kept (uv installs none, and
 # PYTHONDONTWRITEBYTECODE may be set), each compiles every module it imports again: a fresh
-# clone's pytest took 782 s of which that was most of the difference to 609 s.
+# clone's pytest took 782 s so, 585-617 s keeping it (2026-11-29).
 unset PYTHONDONTWRITEBYTECODE
 # Three workers on two cores: many tests wait on the processes they start (a fourth gained
 # nothing: docs/testing.md); each real stack stays on one.
